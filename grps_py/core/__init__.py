@@ -1,0 +1,1 @@
+"""The transport-free core: types, errors, config, model API, DAG and executor."""

@@ -1,0 +1,178 @@
+"""Per-request context handed to model code: user data, errors, streaming, cancellation, raw HTTP.
+
+Model code usually runs in a worker thread, so every method that touches the event loop is
+thread-safe: streamed items are handed to the loop with `call_soon_threadsafe`, which keeps their
+order and delivers every one queued before the model returns.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from grps_py.core.types import Payload
+
+
+@dataclass
+class HttpRequest:
+    """The raw HTTP request, for custom routes whose model code parses the body itself."""
+
+    method: str
+    path: str
+    headers: dict[str, str]
+    query: dict[str, list[str]]
+    body: bytes
+
+    def get_query(self, key: str, default: str | None = None) -> str | None:
+        values = self.query.get(key)
+        return values[-1] if values else default
+
+
+@dataclass
+class HttpResponse:
+    """An HTTP answer set by model code on a custom route."""
+
+    body: bytes | str = b""
+    status: int = 200
+    content_type: str = "application/octet-stream"
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+class StreamEnd:
+    """Sentinel closing a response stream."""
+
+
+STREAM_END = StreamEnd()
+
+
+class GrpsContext:
+    """The context of one request, as grps model code knows it."""
+
+    def __init__(
+        self,
+        *,
+        streaming: bool = False,
+        http_request: HttpRequest | None = None,
+        deadline_s: float | None = None,
+        request_id: str = "",
+    ) -> None:
+        self.request_id = request_id
+        self._streaming = streaming
+        self._http_request = http_request
+        self._http_response: HttpResponse | None = None
+        self._deadline = None if deadline_s is None else time.monotonic() + deadline_s
+        self._user_data: dict[Any, Any] = {}
+        self._has_err = False
+        self._err_msg = ""
+        self._disconnected = threading.Event()
+        self._on_cancel: list[Callable[[], None]] = []
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread: int | None = None
+        self._sink: asyncio.Queue[Any] | None = None
+        self._streamed = 0
+        # Set by the model node while its code runs, for stream_respond_with_postprocess.
+        self.postprocess: Callable[[Any], Payload] | None = None
+
+    # -- user data and errors ------------------------------------------------------------------
+    def put_user_data(self, key: Any, value: Any) -> None:
+        self._user_data[key] = value
+
+    def get_user_data(self, key: Any, default: Any = None) -> Any:
+        return self._user_data.get(key, default)
+
+    def set_has_err(self, has_err: bool = True) -> None:
+        self._has_err = bool(has_err)
+
+    def has_err(self) -> bool:
+        return self._has_err
+
+    def set_err_msg(self, msg: str) -> None:
+        self._err_msg = str(msg)
+        self._has_err = True
+
+    def get_err_msg(self) -> str:
+        return self._err_msg
+
+    # -- streaming -----------------------------------------------------------------------------
+    def if_streaming(self) -> bool:
+        return self._streaming
+
+    def attach_stream(self, loop: asyncio.AbstractEventLoop, sink: asyncio.Queue[Any]) -> None:
+        """Called by the executor on the loop thread before model code runs."""
+        self._loop = loop
+        self._loop_thread = threading.get_ident()
+        self._sink = sink
+
+    @property
+    def streamed_count(self) -> int:
+        return self._streamed
+
+    def _push(self, item: Any) -> None:
+        if self._sink is None or self._loop is None or self._disconnected.is_set():
+            return
+        self._streamed += 1
+        if threading.get_ident() == self._loop_thread:
+            self._sink.put_nowait(item)
+        else:
+            self._loop.call_soon_threadsafe(self._sink.put_nowait, item)
+
+    def stream_respond(self, msg: Any, final: bool = False) -> None:
+        """Send one message of a streaming answer (a GrpsMessage, or a Payload). Ignored unless streaming."""
+        if not self._streaming:
+            return
+        self._push(msg if isinstance(msg, Payload) else Payload.of_message(msg))
+
+    def stream_respond_with_postprocess(self, out: Any, final: bool = False) -> None:
+        """Run the model's converter postprocess on `out`, then stream the result."""
+        if not self._streaming:
+            return
+        if self.postprocess is None:
+            raise RuntimeError("stream_respond_with_postprocess is only available while model code runs")
+        self._push(self.postprocess(out))
+
+    def customized_http_stream_respond(self, data: bytes | str, final: bool = False) -> None:
+        """Send one raw chunk of a custom HTTP route's streaming answer."""
+        if not self._streaming:
+            return
+        self._push(Payload.of_bytes(data.encode() if isinstance(data, str) else bytes(data)))
+
+    # -- cancellation and deadline -------------------------------------------------------------
+    def if_disconnected(self) -> bool:
+        return self._disconnected.is_set()
+
+    def cancel(self) -> None:
+        """The client went away: model code sees `if_disconnected()` turn true."""
+        if self._disconnected.is_set():
+            return
+        self._disconnected.set()
+        for callback in self._on_cancel:
+            callback()
+
+    def on_cancel(self, callback: Callable[[], None]) -> None:
+        self._on_cancel.append(callback)
+
+    def time_remaining(self) -> float | None:
+        return None if self._deadline is None else self._deadline - time.monotonic()
+
+    # -- custom HTTP ---------------------------------------------------------------------------
+    def get_http_request(self) -> HttpRequest | None:
+        return self._http_request
+
+    def set_http_response(
+        self,
+        body: bytes | str | HttpResponse,
+        status: int = 200,
+        content_type: str = "application/octet-stream",
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        if isinstance(body, HttpResponse):
+            self._http_response = body
+        else:
+            self._http_response = HttpResponse(body, status, content_type, dict(headers or {}))
+
+    def get_http_response(self) -> HttpResponse | None:
+        return self._http_response

@@ -1,0 +1,176 @@
+"""The API model code implements (grps names), the registries, and the built-in numpy converter.
+
+User code subclasses `ModelInferer` / `Converter` and registers an instance:
+
+    inferer_register.register("my_inferer", MyInferer())
+
+`infer`, `preprocess` and `postprocess` may also be `async def`. Built-in inferer and converter
+types are looked up by name and imported only when a configured model needs them, so the core
+never imports torch or onnxruntime itself.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Mapping, Sequence
+from typing import Any, Generic, TypeVar
+
+import numpy as np
+
+from grps_py.core.context import GrpsContext
+from grps_py.core.errors import InvalidInput
+from grps_py.core.types import Payload, PayloadKind, Tensor, to_numpy
+
+
+class ModelInferer:
+    """Runs a model. Subclass and override `load` and `infer` (and `batch_infer` for batching)."""
+
+    def __init__(self) -> None:
+        self.path: str | None = None
+        self.device: str | None = None
+        self.args: dict[str, Any] = {}
+
+    def init(self, path: str | None, device: str | None = None, args: dict[str, Any] | None = None) -> None:
+        """Receives the model's `inferer_path`, `device` and `inferer_args` before `load`."""
+        self.path = path
+        self.device = device
+        self.args = dict(args or {})
+
+    def load(self) -> bool:
+        """Loads the model; return False to fail start-up."""
+        return True
+
+    def infer(self, inp: Any, context: GrpsContext) -> Any:
+        raise NotImplementedError(f"{type(self).__name__} does not implement infer")
+
+    def batch_infer(self, inps: list[Any], contexts: list[GrpsContext]) -> list[Any]:
+        return [self.infer(inp, ctx) for inp, ctx in zip(inps, contexts, strict=True)]
+
+
+class Converter:
+    """Pre- and post-processing around an inferer.
+
+    `speaks_messages` is True for user converters: `preprocess` receives the request's GrpsMessage
+    and `postprocess` returns a GrpsMessage. Built-in converters speak `Payload` instead.
+    """
+
+    speaks_messages = True
+
+    def __init__(self) -> None:
+        self.path: str | None = None
+        self.args: dict[str, Any] = {}
+
+    def init(self, path: str | None = None, args: dict[str, Any] | None = None) -> None:
+        self.path = path
+        self.args = dict(args or {})
+
+    def preprocess(self, inp: Any, context: GrpsContext) -> Any:
+        return inp
+
+    def postprocess(self, inp: Any, context: GrpsContext) -> Any:
+        return inp
+
+    def batch_preprocess(self, inps: list[Any], contexts: list[GrpsContext]) -> list[Any]:
+        return [self.preprocess(inp, ctx) for inp, ctx in zip(inps, contexts, strict=True)]
+
+    def batch_postprocess(self, inps: list[Any], contexts: list[GrpsContext]) -> list[Any]:
+        return [self.postprocess(inp, ctx) for inp, ctx in zip(inps, contexts, strict=True)]
+
+
+class NoneConverter(Converter):
+    """converter_type `none`: the inferer receives and returns GrpsMessage itself."""
+
+
+class NumpyConverter(Converter):
+    """converter_type `numpy`: named tensors arrive as dict[str, ndarray], unnamed ones as a list.
+
+    The inferer may return a dict (names kept), a list or tuple (`output_{i}`), a single array
+    (`output`), a str, bytes, or a Payload. Subclasses change `to_model` / `from_model` to work in
+    another tensor library (the torch converter moves tensors to the model's device).
+    """
+
+    speaks_messages = False
+
+    def to_model(self, array: np.ndarray[Any, Any]) -> Any:
+        return array
+
+    def from_model(self, data: Any) -> Any:
+        return to_numpy(data) if not isinstance(data, np.ndarray) else data
+
+    def preprocess(self, inp: Payload, context: GrpsContext) -> Any:
+        kind = inp.kind
+        if kind is PayloadKind.TENSORS:
+            tensors: list[Tensor] = inp.value
+            names = [t.name for t in tensors]
+            if all(names) and len(set(names)) == len(names):
+                return {t.name: self.to_model(t.data) for t in tensors}
+            return [self.to_model(t.data) for t in tensors]
+        if kind is PayloadKind.EMPTY:
+            raise InvalidInput("request carries no data")
+        return inp.value
+
+    def postprocess(self, inp: Any, context: GrpsContext) -> Payload:
+        return outputs_to_payload(inp, self.from_model)
+
+
+def outputs_to_payload(out: Any, convert: Any = to_numpy) -> Payload:
+    """Turn what an inferer returned into a Payload, naming unnamed outputs `output` / `output_{i}`."""
+    if isinstance(out, Payload):
+        return out
+    if isinstance(out, str):
+        return Payload.of_text(out)
+    if isinstance(out, (bytes, bytearray, memoryview)):
+        return Payload.of_bytes(bytes(out))
+    if isinstance(out, Mapping):
+        return Payload.of_tensors([Tensor(str(name), convert(value)) for name, value in out.items()])
+    if isinstance(out, Sequence) and not isinstance(out, np.ndarray):
+        return Payload.of_tensors([Tensor(f"output_{i}", convert(value)) for i, value in enumerate(out)])
+    if out is None:
+        return Payload.empty()
+    return Payload.of_tensors([Tensor("output", convert(out))])
+
+
+T = TypeVar("T")
+
+
+class Registry(Generic[T]):
+    """Named instances registered by user code (grps's inferer_register / converter_register)."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+        self._items: dict[str, T] = {}
+
+    def register(self, name: str, instance: T) -> None:
+        self._items[name] = instance
+
+    def get(self, name: str) -> T | None:
+        return self._items.get(name)
+
+    def names(self) -> list[str]:
+        return sorted(self._items)
+
+    def unregister(self, name: str) -> None:
+        self._items.pop(name, None)
+
+
+inferer_register: Registry[ModelInferer] = Registry("inferer")
+converter_register: Registry[Converter] = Registry("converter")
+
+# Built-in types, imported only when a configured model uses them.
+BUILTIN_INFERERS: dict[str, str] = {
+    "torch": "grps_py.backends.torch:TorchInferer",
+    "onnx": "grps_py.backends.onnxruntime:OnnxInferer",
+}
+BUILTIN_CONVERTERS: dict[str, str] = {
+    "none": "grps_py.core.model:NoneConverter",
+    "numpy": "grps_py.core.model:NumpyConverter",
+    "torch": "grps_py.backends.torch:TorchConverter",
+}
+# The converter a model gets when its config names none.
+DEFAULT_CONVERTER_FOR: dict[str, str] = {"torch": "torch", "onnx": "numpy", "customized": "none"}
+
+
+def load_builtin(ref: str) -> Any:
+    """Instantiate `module:Class`."""
+    module_name, _, class_name = ref.partition(":")
+    return getattr(importlib.import_module(module_name), class_name)()
