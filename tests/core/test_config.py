@@ -1,0 +1,464 @@
+"""server.yml / inference.yml parsing: valid files, path resolution, and one test per error rule."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from grps_py.core.config import (
+    BatchingSettings,
+    CustomizedPredictHttp,
+    DagNodeSettings,
+    DagSettings,
+    GpuSettings,
+    InterfaceSettings,
+    LogSettings,
+    ServerSettings,
+    StreamingCtrl,
+    load_inference_settings,
+    load_server_settings,
+    parse_inference_settings,
+    parse_server_settings,
+)
+from grps_py.core.errors import ConfigError
+
+SERVER_YML = """
+interface:
+  framework: http+grpc
+  host: 127.0.0.1
+  port: 7080,7081
+  customized_predict_http:
+    path: /custom_predict
+    customized_body: true
+    streaming_ctrl:
+      ctrl_mode: header_param
+      ctrl_key: stream
+      res_content_type: text/plain
+  max_message_bytes: 1048576
+max_connections: 500
+max_concurrency: 8
+gpu:
+  devices: [0, 1]
+  mem_manager_type: torch
+  mem_limit_mib: 4096
+  mem_gc_enable: true
+  mem_gc_interval: 30
+log:
+  log_dir: ./logs
+  log_backup_count: 3
+start_online: false
+shutdown_grace_s: 2.5
+"""
+
+INFERENCE_YML = """
+models:
+  - name: my_model
+    version: 1.0.0
+    device: cuda:0
+    inferer_type: torch
+    inferer_path: ./data/m.pt
+    inferer_args: {threads: 2}
+    converter_type: torch
+    batching:
+      type: dynamic
+      max_batch_size: 8
+      batch_timeout_us: 500
+  - name: custom
+    version: 2.0
+    device: original
+    inp_device: cpu
+    inferer_type: customized
+    inferer_name: my_inferer
+    converter_type: customized
+    converter_name: my_conv
+    converter_path: ./src/conv.py
+    converter_args: {scale: 0.5}
+dag:
+  type: graph
+  name: my_dag
+  nodes:
+    - name: node-1
+      type: model
+      model: my_model-1.0.0
+    - name: node-2
+      model: custom-2.0
+      inputs: [node-1]
+"""
+
+DELETE = object()
+
+
+@pytest.fixture
+def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A project dir with the model files; the working directory is somewhere else."""
+    project_dir = tmp_path / "project"
+    (project_dir / "data").mkdir(parents=True)
+    (project_dir / "src").mkdir()
+    (project_dir / "conf").mkdir()
+    (project_dir / "data" / "m.pt").write_bytes(b"model")
+    (project_dir / "src" / "conv.py").write_text("# converter\n")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    return project_dir
+
+
+def _write(project_dir: Path, name: str, text: str) -> Path:
+    path = project_dir / "conf" / name
+    path.write_text(text)
+    return path
+
+
+def _edit(data: Any, dotted: str, value: object) -> Any:
+    """A deep copy of `data` with the value at `dotted` ("models.0.name") replaced or deleted."""
+    data = copy.deepcopy(data)
+    *parents, last = dotted.split(".")
+    node = data
+    for part in parents:
+        node = node[int(part)] if isinstance(node, list) else node[part]
+    key: Any = int(last) if isinstance(node, list) else last
+    if value is DELETE:
+        del node[key]
+    else:
+        node[key] = value
+    return data
+
+
+# --- valid files -----------------------------------------------------------------------------------
+
+
+def test_full_server_yml(project: Path) -> None:
+    path = _write(project, "server.yml", SERVER_YML)
+    settings = load_server_settings(path, project)
+    assert settings == ServerSettings(
+        interface=InterfaceSettings(
+            framework="http+grpc",
+            host="127.0.0.1",
+            http_port=7080,
+            grpc_port=7081,
+            customized_predict_http=CustomizedPredictHttp(
+                path="/custom_predict",
+                customized_body=True,
+                streaming_ctrl=StreamingCtrl("header_param", "stream", "text/plain"),
+            ),
+            max_message_bytes=1048576,
+        ),
+        max_connections=500,
+        max_concurrency=8,
+        gpu=GpuSettings(
+            devices=(0, 1),
+            mem_manager_type="torch",
+            mem_limit_mib=4096,
+            mem_gc_enable=True,
+            mem_gc_interval=30,
+        ),
+        log=LogSettings(log_dir=project / "logs", log_backup_count=3),
+        start_online=False,
+        shutdown_grace_s=2.5,
+        source=str(path),
+    )
+    assert settings.log.log_dir is not None and settings.log.log_dir.is_absolute()
+
+
+def test_empty_server_yml_means_defaults(project: Path) -> None:
+    path = _write(project, "server.yml", "")
+    assert load_server_settings(path, project) == ServerSettings(source=str(path))
+
+
+def test_absolute_log_dir_stays(project: Path, tmp_path: Path) -> None:
+    data = {"log": {"log_dir": str(tmp_path / "abs_logs")}}
+    assert parse_server_settings(data, "server.yml", project).log.log_dir == tmp_path / "abs_logs"
+
+
+@pytest.mark.parametrize(
+    ("interface", "http_port", "grpc_port"),
+    [
+        ({"port": "7080,7081"}, 7080, 7081),
+        ({"port": " 9000 , 9001 "}, 9000, 9001),
+        ({"port": "0,0"}, 0, 0),
+        ({"framework": "http", "port": 7080}, 7080, None),
+        ({"framework": "http", "port": "8000"}, 8000, None),
+        ({"framework": "http", "port": 0}, 0, None),
+        ({"framework": "http"}, 7080, None),
+        ({}, 7080, 7081),
+    ],
+)
+def test_port_forms(interface: dict[str, Any], http_port: int, grpc_port: int | None, project: Path) -> None:
+    settings = parse_server_settings({"interface": interface}, "server.yml", project)
+    assert (settings.interface.http_port, settings.interface.grpc_port) == (http_port, grpc_port)
+
+
+def test_full_inference_yml(project: Path) -> None:
+    path = _write(project, "inference.yml", INFERENCE_YML)
+    settings = load_inference_settings(path, project)
+    assert settings.source == str(path)
+    torch_model, custom_model = settings.models
+    assert (torch_model.name, torch_model.version, torch_model.key) == ("my_model", "1.0.0", "my_model-1.0.0")
+    assert (torch_model.device, torch_model.inp_device, torch_model.inferer_type) == ("cuda:0", None, "torch")
+    assert torch_model.inferer_path == project / "data" / "m.pt"
+    assert torch_model.inferer_args == {"threads": 2}
+    assert (torch_model.converter_type, torch_model.converter_path, torch_model.converter_args) == (
+        "torch",
+        None,
+        {},
+    )
+    assert torch_model.batching == BatchingSettings(type="dynamic", max_batch_size=8, batch_timeout_us=500)
+    assert torch_model.index == 0
+    assert (custom_model.version, custom_model.key, custom_model.index) == ("2.0", "custom-2.0", 1)
+    assert (custom_model.device, custom_model.inp_device) == ("original", "cpu")
+    assert (custom_model.inferer_name, custom_model.inferer_path) == ("my_inferer", None)
+    assert (custom_model.converter_type, custom_model.converter_name) == ("customized", "my_conv")
+    assert custom_model.converter_path == project / "src" / "conv.py"
+    assert custom_model.converter_args == {"scale": 0.5}
+    assert custom_model.batching == BatchingSettings()
+    assert settings.dag == DagSettings(
+        name="my_dag",
+        type="graph",
+        nodes=(
+            DagNodeSettings(name="node-1", model="my_model-1.0.0"),
+            DagNodeSettings(name="node-2", model="custom-2.0", inputs=("node-1",)),
+        ),
+    )
+
+
+def test_inference_defaults_and_absolute_path(project: Path) -> None:
+    data = {
+        "models": [
+            {"name": "m", "version": 3, "inferer_type": "onnx", "inferer_path": str(project / "data/m.pt")}
+        ],
+        "dag": {"name": "d", "nodes": [{"name": "n", "model": "m-3"}]},
+    }
+    settings = parse_inference_settings(data, "inference.yml", project)
+    model = settings.models[0]
+    assert (model.version, model.device, model.converter_type) == ("3", "auto", None)
+    assert model.inferer_path == project / "data" / "m.pt"
+    assert settings.dag.type == "sequential"
+
+
+# --- errors ----------------------------------------------------------------------------------------
+
+
+def test_missing_file(project: Path) -> None:
+    path = project / "conf" / "server.yml"
+    with pytest.raises(ConfigError, match="not found") as info:
+        load_server_settings(path, project)
+    assert str(path) in str(info.value)
+
+
+def test_yaml_syntax_error(project: Path) -> None:
+    path = _write(project, "inference.yml", "models: [a, b\ndag: {")
+    with pytest.raises(ConfigError, match="invalid YAML") as info:
+        load_inference_settings(path, project)
+    assert str(path) in str(info.value)
+
+
+def test_empty_inference_yml_needs_models(project: Path) -> None:
+    path = _write(project, "inference.yml", "")
+    with pytest.raises(ConfigError, match="models: missing") as info:
+        load_inference_settings(path, project)
+    assert str(path) in str(info.value)
+
+
+SERVER_ERRORS = [
+    pytest.param("max_conections", 5, "max_conections", "unknown key", id="unknown-top-key"),
+    pytest.param("interface.prot", 7080, "interface.prot", "unknown key", id="unknown-nested-key"),
+    pytest.param(
+        "interface.customized_predict_http.streaming_ctrl.ctrl_mod",
+        "x",
+        "interface.customized_predict_http.streaming_ctrl.ctrl_mod",
+        "unknown key",
+        id="unknown-deep-key",
+    ),
+    pytest.param("interface.framework", "grpc", "interface.framework", "'grpc'", id="bad-framework"),
+    pytest.param("interface.port", "70a80,7081", "interface.port", "'70a80,7081'", id="bad-port-string"),
+    pytest.param("interface.port", 7080, "interface.port", "7080", id="one-port-for-http+grpc"),
+    pytest.param("interface.port", "7080,70000", "interface.port", "'7080,70000'", id="port-out-of-range"),
+    pytest.param("interface.port", -1, "interface.port", "-1", id="negative-port"),
+    pytest.param("interface.port", "7080,7080", "interface.port", "'7080,7080'", id="same-ports"),
+    pytest.param("interface.port", [7080, 7081], "interface.port", "[7080, 7081]", id="port-list"),
+    pytest.param("interface.host", 127, "interface.host", "127", id="host-not-str"),
+    pytest.param(
+        "interface.customized_predict_http.path",
+        "custom",
+        "interface.customized_predict_http.path",
+        "'custom'",
+        id="path-without-slash",
+    ),
+    pytest.param(
+        "interface.customized_predict_http.streaming_ctrl.ctrl_mode",
+        "cookie",
+        "interface.customized_predict_http.streaming_ctrl.ctrl_mode",
+        "'cookie'",
+        id="bad-ctrl-mode",
+    ),
+    pytest.param(
+        "interface.customized_predict_http.customized_body",
+        "yes",
+        "interface.customized_predict_http.customized_body",
+        "'yes'",
+        id="customized-body-not-bool",
+    ),
+    pytest.param("interface.max_message_bytes", 0, "interface.max_message_bytes", "0", id="max-message-0"),
+    pytest.param("gpu.mem_manager_type", "cuda", "gpu.mem_manager_type", "'cuda'", id="bad-mem-manager"),
+    pytest.param("gpu.devices", [0, -1], "gpu.devices", "[0, -1]", id="negative-gpu-device"),
+    pytest.param("gpu.mem_limit_mib", -2, "gpu.mem_limit_mib", "-2", id="mem-limit-below-minus-1"),
+    pytest.param("max_concurrency", -1, "max_concurrency", "-1", id="negative-max-concurrency"),
+    pytest.param("max_connections", True, "max_connections", "True", id="bool-as-int"),
+    pytest.param("max_connections", "1000", "max_connections", "'1000'", id="str-as-int"),
+    pytest.param("log.log_backup_count", -1, "log.log_backup_count", "-1", id="negative-backup-count"),
+    pytest.param("start_online", 1, "start_online", "1", id="int-as-bool"),
+    pytest.param("shutdown_grace_s", -0.5, "shutdown_grace_s", "-0.5", id="negative-grace"),
+    pytest.param("shutdown_grace_s", False, "shutdown_grace_s", "False", id="bool-as-number"),
+]
+
+
+@pytest.mark.parametrize(("where", "value", "key", "shown"), SERVER_ERRORS)
+def test_server_errors(where: str, value: object, key: str, shown: str, project: Path) -> None:
+    data = _edit(yaml.safe_load(SERVER_YML), where, value)
+    path = _write(project, "server.yml", yaml.safe_dump(data))
+    with pytest.raises(ConfigError) as info:
+        load_server_settings(path, project)
+    message = str(info.value)
+    assert str(path) in message and f": {key}: " in message and shown in message
+
+
+def test_port_count_must_match_http_framework(project: Path) -> None:
+    data = {"interface": {"framework": "http", "port": "7080,7081"}}
+    with pytest.raises(ConfigError, match=r"server\.yml: interface\.port: '7080,7081' is not valid"):
+        parse_server_settings(data, "server.yml", project)
+
+
+def test_server_top_level_not_a_mapping(project: Path) -> None:
+    with pytest.raises(ConfigError, match=r"server\.yml: \(top level\): \['a'\] is not valid"):
+        parse_server_settings(["a"], "server.yml", project)
+
+
+INFERENCE_ERRORS = [
+    pytest.param("extra", 1, "extra", "unknown key", id="unknown-top-key"),
+    pytest.param(
+        "models.0.infer_type", "torch", "models[0].infer_type", "unknown key", id="unknown-model-key"
+    ),
+    pytest.param(
+        "models.0.batching.size", 4, "models[0].batching.size", "unknown key", id="unknown-deep-key"
+    ),
+    pytest.param("models.0.name", DELETE, "models[0].name", "missing", id="missing-model-name"),
+    pytest.param("models.0.name", "", "models[0].name", "''", id="empty-model-name"),
+    pytest.param("models.0.version", DELETE, "models[0].version", "missing", id="missing-version"),
+    pytest.param("models.0.device", "tpu", "models[0].device", "'tpu'", id="bad-device"),
+    pytest.param("models.0.device", "cuda:x", "models[0].device", "'cuda:x'", id="bad-device-index"),
+    pytest.param(
+        "models.1.inp_device", DELETE, "models[1].inp_device", "missing", id="original-no-inp-device"
+    ),
+    pytest.param(
+        "models.1.inp_device", "original", "models[1].inp_device", "'original'", id="bad-inp-device"
+    ),
+    pytest.param("models.0.inferer_type", "keras", "models[0].inferer_type", "'keras'", id="unknown-inferer"),
+    pytest.param("models.0.inferer_type", DELETE, "models[0].inferer_type", "missing", id="no-inferer-type"),
+    pytest.param(
+        "models.0.inferer_type",
+        "tensorrt",
+        "models[0].inferer_type",
+        "not supported by grps-py",
+        id="tensorrt",
+    ),
+    pytest.param(
+        "models.1.inferer_name", DELETE, "models[1].inferer_name", "missing", id="customized-no-name"
+    ),
+    pytest.param("models.0.inferer_path", DELETE, "models[0].inferer_path", "missing", id="torch-no-path"),
+    pytest.param(
+        "models.0.inferer_path",
+        "./data/nope.pt",
+        "models[0].inferer_path",
+        "'./data/nope.pt'",
+        id="path-missing",
+    ),
+    pytest.param("models.0.inferer_args", [1], "models[0].inferer_args", "[1]", id="args-not-mapping"),
+    pytest.param("models.0.converter_type", "pil", "models[0].converter_type", "'pil'", id="bad-converter"),
+    pytest.param(
+        "models.1.converter_name",
+        DELETE,
+        "models[1].converter_name",
+        "missing",
+        id="converter-customized-no-name",
+    ),
+    pytest.param(
+        "models.1.converter_path",
+        "/no/such/conv.py",
+        "models[1].converter_path",
+        "/no/such/conv.py",
+        id="conv-path",
+    ),
+    pytest.param(
+        "models.0.batching.type", "static", "models[0].batching.type", "'static'", id="bad-batching"
+    ),
+    pytest.param(
+        "models.0.batching.max_batch_size", 0, "models[0].batching.max_batch_size", "0", id="batch-0"
+    ),
+    pytest.param(
+        "models.0.batching.batch_timeout_us",
+        -1,
+        "models[0].batching.batch_timeout_us",
+        "-1",
+        id="timeout-neg",
+    ),
+    pytest.param("models", [], "models", "[]", id="empty-models"),
+    pytest.param("models", DELETE, "models", "missing", id="no-models"),
+    pytest.param("models.1", "custom", "models[1]", "'custom'", id="model-not-mapping"),
+    pytest.param("dag", DELETE, "dag", "missing", id="no-dag"),
+    pytest.param("dag.type", "tree", "dag.type", "'tree'", id="bad-dag-type"),
+    pytest.param("dag.name", DELETE, "dag.name", "missing", id="no-dag-name"),
+    pytest.param("dag.nodes", [], "dag.nodes", "[]", id="empty-nodes"),
+    pytest.param("dag.nodes.0.model", "nope-1", "dag.nodes[0].model", "'nope-1'", id="unknown-model"),
+    pytest.param("dag.nodes.0.model", DELETE, "dag.nodes[0].model", "missing", id="node-without-model"),
+    pytest.param("dag.nodes.1.name", "node-1", "dag.nodes[1].name", "'node-1'", id="duplicate-node"),
+    pytest.param("dag.type", "sequential", "dag.nodes[1].inputs", "['node-1']", id="inputs-on-sequential"),
+    pytest.param("dag.nodes.0.type", "merger", "dag.nodes[0].type", "'merger'", id="node-type-not-model"),
+    pytest.param("dag.nodes.1.inputs", "node-1", "dag.nodes[1].inputs", "'node-1'", id="inputs-not-list"),
+]
+
+
+@pytest.mark.parametrize(("where", "value", "key", "shown"), INFERENCE_ERRORS)
+def test_inference_errors(where: str, value: object, key: str, shown: str, project: Path) -> None:
+    data = _edit(yaml.safe_load(INFERENCE_YML), where, value)
+    path = _write(project, "inference.yml", yaml.safe_dump(data))
+    with pytest.raises(ConfigError) as info:
+        load_inference_settings(path, project)
+    message = str(info.value)
+    assert str(path) in message and f": {key}: " in message and shown in message
+
+
+def test_duplicate_model(project: Path) -> None:
+    data = yaml.safe_load(INFERENCE_YML)
+    data["models"][1] = dict(data["models"][0])
+    with pytest.raises(ConfigError) as info:
+        parse_inference_settings(data, "inference.yml", project)
+    message = str(info.value)
+    assert "inference.yml: models[1]: 'my_model-1.0.0' is not valid" in message
+    assert "models[0]" in message.split("expected", 1)[1]
+
+
+def test_unknown_dag_model_lists_declared_models(project: Path) -> None:
+    data = _edit(yaml.safe_load(INFERENCE_YML), "dag.nodes.0.model", "my_model")
+    with pytest.raises(ConfigError, match=r"dag\.nodes\[0\]\.model: 'my_model' is not valid") as info:
+        parse_inference_settings(data, "inference.yml", project)
+    assert "'my_model-1.0.0', 'custom-2.0'" in str(info.value)
+
+
+def test_missing_inferer_path_names_resolved_path(project: Path) -> None:
+    data = _edit(yaml.safe_load(INFERENCE_YML), "models.0.inferer_path", "data/nope.pt")
+    with pytest.raises(ConfigError) as info:
+        parse_inference_settings(data, "inference.yml", project)
+    assert str(project / "data" / "nope.pt") in str(info.value)
+
+
+def test_tensorrt_message(project: Path) -> None:
+    data = _edit(yaml.safe_load(INFERENCE_YML), "models.0.inferer_type", "tensorrt")
+    with pytest.raises(ConfigError) as info:
+        parse_inference_settings(data, "inference.yml", project)
+    message = str(info.value)
+    assert "'tensorrt'" in message and "not supported by grps-py" in message
+    assert "'torch', 'onnx', 'customized'" in message
