@@ -69,7 +69,7 @@ class GrpsContext:
         self._has_err = False
         self._err_msg = ""
         self._disconnected = threading.Event()
-        self._on_cancel: list[Callable[[], None]] = []
+        self._on_cancel: list[Callable[[], object]] = []
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: int | None = None
         self._sink: asyncio.Queue[Any] | None = None
@@ -152,7 +152,7 @@ class GrpsContext:
         for callback in self._on_cancel:
             callback()
 
-    def on_cancel(self, callback: Callable[[], None]) -> None:
+    def on_cancel(self, callback: Callable[[], object]) -> None:
         self._on_cancel.append(callback)
 
     def time_remaining(self) -> float | None:

@@ -136,7 +136,7 @@ class Payload:
     @property
     def tensors(self) -> list[Tensor]:
         """The tensors of a TENSORS payload (an empty list for any other kind)."""
-        return self.value if self.kind is PayloadKind.TENSORS else []  # type: ignore[no-any-return]
+        return self.value if self.kind is PayloadKind.TENSORS else []
 
     def __iter__(self) -> Iterator[Tensor]:
         return iter(self.tensors)

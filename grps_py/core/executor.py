@@ -1,0 +1,196 @@
+"""The facade every adapter calls: infer, infer_stream, metadata, health, online/offline, drain."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import yaml
+
+from grps_py.core.config import InferenceSettings, ServerSettings
+from grps_py.core.context import STREAM_END
+from grps_py.core.dag import Dag
+from grps_py.core.errors import InvalidInput, ModelNotFound, ModelNotReady
+from grps_py.core.node import ModelNode
+from grps_py.core.types import InferRequest, InferResponse, MessageBridge, PayloadKind
+
+log = logging.getLogger("grps_py.executor")
+SERVER_NAME = "grps-py"
+
+
+class _StreamFailure:
+    def __init__(self, exc: BaseException) -> None:
+        self.exc = exc
+
+
+class Executor:
+    """Runs requests through the default DAG or one named model."""
+
+    def __init__(self, server: ServerSettings, inference: InferenceSettings, bridge: MessageBridge) -> None:
+        self.server_settings = server
+        self.inference_settings = inference
+        workers = server.max_concurrency
+        self.nodes = {m.key: ModelNode(m, bridge, workers) for m in inference.models}
+        self.dag = Dag(inference.dag, self.nodes, bridge, inference.source)
+        self._by_name = self._index_by_name()
+        self._slots = asyncio.Semaphore(server.max_concurrency)
+        self._online = False
+        self._loaded = False
+        self._in_flight = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    def _index_by_name(self) -> dict[str, ModelNode]:
+        """A plain model name selects its model when only one version is served."""
+        names: dict[str, list[ModelNode]] = {}
+        for node in self.nodes.values():
+            names.setdefault(node.settings.name, []).append(node)
+        return {name: nodes[0] for name, nodes in names.items() if len(nodes) == 1}
+
+    # -- lifecycle -----------------------------------------------------------------------------
+    async def start(self) -> None:
+        """Load every model (each in a thread), then go online unless configured to start offline."""
+        loop = asyncio.get_running_loop()
+        await asyncio.gather(*(loop.run_in_executor(node.pool, node.load) for node in self.nodes.values()))
+        self._loaded = True
+        if self.server_settings.start_online:
+            self.online()
+        log.info("loaded models %s; dag %r; online=%s", list(self.nodes), self.dag.name, self._online)
+
+    async def drain(self, grace_s: float) -> bool:
+        """Wait up to `grace_s` for in-flight requests to finish; True when none is left."""
+        try:
+            await asyncio.wait_for(self._idle.wait(), timeout=grace_s)
+            return True
+        except asyncio.TimeoutError:
+            return False
+
+    def close(self) -> None:
+        for node in self.nodes.values():
+            node.close()
+
+    # -- health --------------------------------------------------------------------------------
+    def online(self) -> None:
+        self._online = True
+
+    def offline(self) -> None:
+        self._online = False
+
+    @property
+    def is_online(self) -> bool:
+        return self._online
+
+    @property
+    def is_loaded(self) -> bool:
+        return self._loaded
+
+    def is_live(self) -> bool:
+        return True
+
+    def is_ready(self) -> bool:
+        return self._loaded and self._online
+
+    @property
+    def in_flight(self) -> int:
+        return self._in_flight
+
+    # -- inference -----------------------------------------------------------------------------
+    def resolve(self, model: str) -> Dag | ModelNode:
+        if not model:
+            return self.dag
+        node = self.nodes.get(model) or self._by_name.get(model)
+        if node is None:
+            raise ModelNotFound(f"unknown model {model!r}; served models: {', '.join(self.nodes)}")
+        return node
+
+    @asynccontextmanager
+    async def _admitted(self) -> AsyncIterator[None]:
+        if not self._loaded:
+            raise ModelNotReady("models are still loading")
+        self._in_flight += 1
+        self._idle.clear()
+        try:
+            async with self._slots:
+                yield
+        finally:
+            self._in_flight -= 1
+            if self._in_flight == 0:
+                self._idle.set()
+
+    async def infer(self, request: InferRequest) -> InferResponse:
+        target = self.resolve(request.model)
+        async with self._admitted():
+            payload = await target.run(request.payload, request.context)
+        return InferResponse(payload, model=request.model)
+
+    async def infer_stream(self, request: InferRequest) -> AsyncIterator[InferResponse]:
+        """Yield each message the model streams; the model's return value when it streamed none."""
+        target = self.resolve(request.model)
+        ctx = request.context
+        queue: asyncio.Queue[Any] = asyncio.Queue()
+        ctx.attach_stream(asyncio.get_running_loop(), queue)
+        async with self._admitted():
+            task = asyncio.ensure_future(self._produce(target, request, queue))
+            ctx.on_cancel(task.cancel)
+            try:
+                while (item := await queue.get()) is not STREAM_END:
+                    if isinstance(item, _StreamFailure):
+                        raise item.exc
+                    yield InferResponse(item, model=request.model)
+            finally:
+                if not task.done():
+                    ctx.cancel()
+                    task.cancel()
+
+    async def _produce(
+        self, target: Dag | ModelNode, request: InferRequest, queue: asyncio.Queue[Any]
+    ) -> None:
+        try:
+            payload = await target.run(request.payload, request.context)
+            if request.context.streamed_count == 0 and payload.kind is not PayloadKind.EMPTY:
+                queue.put_nowait(payload)
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:
+            queue.put_nowait(_StreamFailure(exc))
+        finally:
+            queue.put_nowait(STREAM_END)
+
+    # -- metadata ------------------------------------------------------------------------------
+    def server_metadata(self) -> str:
+        iface = self.server_settings.interface
+        meta = {
+            "server": SERVER_NAME,
+            "interface": {
+                "framework": iface.framework,
+                "http_port": iface.http_port,
+                "grpc_port": iface.grpc_port,
+            },
+            "max_concurrency": self.server_settings.max_concurrency,
+            "online": self._online,
+            "models": list(self.nodes),
+            "dag": {"name": self.dag.name, "type": self.dag.type, "nodes": self.dag.node_names},
+        }
+        return yaml.safe_dump(meta, sort_keys=False)
+
+    def model_metadata(self, model: str) -> str:
+        if not model:
+            raise InvalidInput("model metadata needs the model name (name-version) in str_data")
+        node = self.resolve(model)
+        if isinstance(node, Dag):  # pragma: no cover - resolve("") is excluded above
+            raise InvalidInput("model metadata needs a model name")
+        s = node.settings
+        meta: dict[str, Any] = {
+            "name": s.name,
+            "version": s.version,
+            "inferer_type": s.inferer_type,
+            "converter_type": s.converter_type or "default",
+            "device": s.device,
+            "batching": {"type": s.batching.type, "max_batch_size": s.batching.max_batch_size},
+            "loaded": node.loaded,
+        }
+        meta.update(node.describe())
+        return yaml.safe_dump(meta, sort_keys=False)

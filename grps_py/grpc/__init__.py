@@ -1,0 +1,1 @@
+"""The gRPC adapter (grpc.aio on the same event loop as Tornado)."""

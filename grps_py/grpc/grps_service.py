@@ -1,0 +1,78 @@
+"""grps.protos.v1.GrpsService: the grps API over gRPC, unary and server streaming."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import grpc
+
+from grps_py.codecs import grps_pb
+from grps_py.core.context import GrpsContext
+from grps_py.core.executor import Executor
+from grps_py.core.types import InferRequest
+from grps_py.grpc.boundary import rpc_boundary
+from grps_py.protos import grps_pb2, grps_pb2_grpc
+
+Msg = grps_pb2.GrpsMessage
+Ctx = grpc.aio.ServicerContext
+
+
+def _ok(message: Msg | None = None) -> Msg:
+    reply = message if message is not None else Msg()
+    reply.status.code = 200
+    reply.status.msg = "OK"
+    reply.status.status = grps_pb2.Status.SUCCESS
+    return reply
+
+
+class GrpsService(grps_pb2_grpc.GrpsServiceServicer):
+    def __init__(self, executor: Executor) -> None:
+        self.executor = executor
+
+    def _request(self, message: Msg, context: Ctx, rid: str, streaming: bool) -> InferRequest:
+        ctx = GrpsContext(streaming=streaming, deadline_s=context.time_remaining(), request_id=rid)
+        return InferRequest(grps_pb.message_to_payload(message), ctx, message.model, rid)
+
+    @rpc_boundary
+    async def Predict(self, request: Msg, context: Ctx, rid: str) -> Msg:
+        response = await self.executor.infer(self._request(request, context, rid, streaming=False))
+        return _ok(grps_pb.payload_to_message(response.payload, Msg()))
+
+    @rpc_boundary
+    async def PredictStreaming(self, request: Msg, context: Ctx, rid: str) -> AsyncIterator[Msg]:
+        infer_request = self._request(request, context, rid, streaming=True)
+        async for response in self.executor.infer_stream(infer_request):
+            yield _ok(grps_pb.payload_to_message(response.payload, Msg()))
+
+    @rpc_boundary
+    async def Online(self, request: Msg, context: Ctx, rid: str) -> Msg:
+        self.executor.online()
+        return _ok()
+
+    @rpc_boundary
+    async def Offline(self, request: Msg, context: Ctx, rid: str) -> Msg:
+        self.executor.offline()
+        return _ok()
+
+    @rpc_boundary
+    async def CheckLiveness(self, request: Msg, context: Ctx, rid: str) -> Msg:
+        return _ok()
+
+    @rpc_boundary
+    async def CheckReadiness(self, request: Msg, context: Ctx, rid: str) -> Msg:
+        """Not ready is an answer, not an RPC error: status OK with a FAILURE envelope (as grps)."""
+        if self.executor.is_ready():
+            return _ok()
+        reply = Msg()
+        reply.status.code = 503
+        reply.status.msg = "server is offline" if self.executor.is_loaded else "models are loading"
+        reply.status.status = grps_pb2.Status.FAILURE
+        return reply
+
+    @rpc_boundary
+    async def ServerMetadata(self, request: Msg, context: Ctx, rid: str) -> Msg:
+        return _ok(Msg(str_data=self.executor.server_metadata()))
+
+    @rpc_boundary
+    async def ModelMetadata(self, request: Msg, context: Ctx, rid: str) -> Msg:
+        return _ok(Msg(str_data=self.executor.model_metadata(request.str_data or request.model)))

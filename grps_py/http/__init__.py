@@ -1,0 +1,1 @@
+"""The HTTP adapter (Tornado): decode, call the executor, encode."""

@@ -1,0 +1,81 @@
+"""The one HTTP error boundary: every handler derives from BaseHandler.
+
+Tornado routes any exception raised by a handler (and its own 404/405/413 errors) to `write_error`;
+here it becomes the grps envelope with the status from the one error table, a short message and a
+request id, while the log gets the detail under the same id.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from typing import Any
+
+import tornado.web
+
+from grps_py import status
+from grps_py.codecs import grps_json
+from grps_py.core.errors import GrpsError, ModelError
+from grps_py.core.executor import Executor
+
+log = logging.getLogger("grps_py.http")
+REQUEST_ID_HEADER = "X-Request-Id"
+
+
+class BaseHandler(tornado.web.RequestHandler):
+    """Common to every route: request id, executor access, and the error envelope."""
+
+    executor: Executor
+
+    def initialize(self, executor: Executor, **_: Any) -> None:
+        self.executor = executor
+
+    def prepare(self) -> None:
+        incoming = self.request.headers.get(REQUEST_ID_HEADER, "")
+        self.request_id = incoming[:64] if incoming.isascii() and incoming.isprintable() and incoming else ""
+        self.request_id = self.request_id or uuid.uuid4().hex[:16]
+        self.set_header(REQUEST_ID_HEADER, self.request_id)
+
+    def write_json(self, body: bytes, http_status: int = 200) -> None:
+        self.set_status(http_status)
+        self.set_header("Content-Type", "application/json")
+        self.finish(body)
+
+    def write_envelope(self, http_status: int, msg: str, ok: bool) -> None:
+        self.write_json(grps_json.encode_status(http_status, msg, ok), http_status)
+
+    def write_error(self, status_code: int, **kwargs: Any) -> None:
+        exc = kwargs.get("exc_info", (None, None, None))[1]
+        if isinstance(exc, tornado.web.HTTPError):
+            http_status, msg = exc.status_code, exc.log_message or self._reason
+        elif exc is not None:
+            http_status, msg = status.wire_status(exc).http, status.public_message(exc)
+        else:
+            http_status, msg = status_code, self._reason
+        self.set_status(http_status)
+        rid = getattr(self, "request_id", "")
+        self.set_header("Content-Type", "application/json")
+        self.finish(grps_json.encode_status(http_status, f"{msg} [request_id={rid}]" if rid else msg, False))
+
+    def log_exception(self, typ: Any, value: Any, tb: Any) -> None:
+        rid = getattr(self, "request_id", "-")
+        if isinstance(value, ModelError):
+            log.warning("request %s: %s", rid, value.public_message)  # the node logged the traceback
+        elif isinstance(value, (GrpsError, tornado.web.HTTPError)):
+            log.info("request %s: %s %s -> %s", rid, self.request.method, self.request.path, value)
+        else:
+            log.error(
+                "request %s: %s %s failed",
+                rid,
+                self.request.method,
+                self.request.path,
+                exc_info=(typ, value, tb),
+            )
+
+
+class NotFoundHandler(BaseHandler):
+    """Unknown routes answer 404 with the envelope, like everything else."""
+
+    def prepare(self) -> None:
+        super().prepare()
+        raise tornado.web.HTTPError(404, f"no route {self.request.path}")

@@ -1,0 +1,84 @@
+"""Shared by the predict routes: streaming control, running a request, and writing its answer."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+from tornado.iostream import StreamClosedError
+
+from grps_py import status
+from grps_py.codecs import grps_json
+from grps_py.core.config import StreamingCtrl
+from grps_py.core.errors import GrpsError
+from grps_py.core.types import InferRequest, InferResponse, Payload, PayloadKind
+from grps_py.http.base import BaseHandler
+
+TRUE_WORDS = frozenset({"1", "true", "yes", "on"})
+
+
+def is_true(value: object) -> bool:
+    if isinstance(value, bool):
+        return value
+    return str(value).strip().lower() in TRUE_WORDS
+
+
+def streaming_requested(handler: BaseHandler, ctrl: StreamingCtrl) -> bool:
+    """Query or header control (body control is read by the route that parses the body)."""
+    if ctrl.ctrl_mode == "query_param":
+        return is_true(handler.get_query_argument(ctrl.ctrl_key, "false"))
+    if ctrl.ctrl_mode == "header_param":
+        return is_true(handler.request.headers.get(ctrl.ctrl_key, "false"))
+    return False
+
+
+def json_line(payload: Payload) -> bytes:
+    """One streamed message: raw bytes as they are, anything else one JSON document and a newline."""
+    if payload.kind is PayloadKind.BYTES:
+        return bytes(payload.value)
+    return grps_json.encode_response(payload) + b"\n"
+
+
+class PredictBase(BaseHandler):
+    """Runs one request unary or streaming, and cancels it when the client goes away."""
+
+    _request: InferRequest | None = None
+
+    def on_connection_close(self) -> None:
+        if self._request is not None:
+            self._request.context.cancel()
+
+    async def run_unary(self, request: InferRequest) -> InferResponse | None:
+        """The response, or None when the client went away first."""
+        self._request = request
+        task = asyncio.ensure_future(self.executor.infer(request))
+        request.context.on_cancel(task.cancel)
+        try:
+            return await task
+        except asyncio.CancelledError:
+            return None
+
+    async def run_streaming(
+        self, request: InferRequest, content_type: str, encode: Callable[[Payload], bytes] = json_line
+    ) -> None:
+        """Write each streamed message as one chunk and flush it; stop when the client is gone."""
+        self._request = request
+        started = False
+        try:
+            async for response in self.executor.infer_stream(request):
+                if not started:
+                    self.set_header("Content-Type", content_type)
+                    started = True
+                self.write(encode(response.payload))
+                await self.flush()
+        except (StreamClosedError, asyncio.CancelledError):
+            request.context.cancel()
+            return
+        except GrpsError as exc:
+            if not started:
+                raise
+            # Headers are gone: the error travels as the stream's last message.
+            code = status.wire_status(exc).http
+            self.write(grps_json.encode_status(code, status.public_message(exc), False) + b"\n")
+        if not self._finished:
+            self.finish()

@@ -1,0 +1,98 @@
+"""Composition root: settings -> executor -> HTTP and gRPC servers on one asyncio loop; signals; drain."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import socket
+from pathlib import Path
+
+import grpc
+import tornado.httpserver
+import tornado.netutil
+
+from grps_py.codecs.grps_pb import GrpsMessageBridge
+from grps_py.core.config import InferenceSettings, ServerSettings
+from grps_py.core.executor import Executor
+from grps_py.gpu import apply_gpu_settings, gpu_gc_loop
+from grps_py.grpc.server import build_grpc_server
+from grps_py.http.app import build_app
+from grps_py.project import load_project
+
+log = logging.getLogger("grps_py.server")
+
+
+class GrpsServer:
+    """One serving process: one executor behind the HTTP and (optionally) gRPC adapters."""
+
+    def __init__(self, server: ServerSettings, inference: InferenceSettings) -> None:
+        self.settings = server
+        self.executor = Executor(server, inference, GrpsMessageBridge())
+        self._http: tornado.httpserver.HTTPServer | None = None
+        self._grpc: grpc.aio.Server | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._stopping = asyncio.Event()
+        self.http_port = 0
+        self.grpc_port: int | None = None
+
+    @classmethod
+    def from_project(
+        cls, root: Path, server_conf: Path | None = None, inference_conf: Path | None = None
+    ) -> GrpsServer:
+        project = load_project(root, server_conf, inference_conf)
+        return cls(project.server, project.inference)
+
+    async def start(self) -> None:
+        """Listen first (liveness answers while models load), then load models and go online."""
+        iface = self.settings.interface
+        self._http = tornado.httpserver.HTTPServer(
+            build_app(self.executor, self.settings), max_body_size=iface.max_message_bytes, xheaders=True
+        )
+        sockets = tornado.netutil.bind_sockets(iface.http_port, iface.host, family=_family(iface.host))
+        self._http.add_sockets(sockets)
+        self.http_port = sockets[0].getsockname()[1]
+        if iface.framework == "http+grpc":
+            self._grpc, self.grpc_port = build_grpc_server(self.executor, self.settings)
+            await self._grpc.start()
+        log.info("listening: http %s:%s grpc %s", iface.host, self.http_port, self.grpc_port)
+        if apply_gpu_settings(self.settings.gpu) and self.settings.gpu and self.settings.gpu.mem_gc_enable:
+            self._tasks.append(asyncio.ensure_future(gpu_gc_loop(self.settings.gpu)))
+        await self.executor.start()
+
+    async def stop(self, grace_s: float | None = None) -> None:
+        """Go offline, let in-flight requests finish within the grace period, then close."""
+        grace = self.settings.shutdown_grace_s if grace_s is None else grace_s
+        self.executor.offline()
+        if not await self.executor.drain(grace):
+            log.warning(
+                "%d request(s) still running after %.1fs; closing anyway", self.executor.in_flight, grace
+            )
+        if self._http is not None:
+            self._http.stop()
+            await self._http.close_all_connections()
+        if self._grpc is not None:
+            await self._grpc.stop(0.5)
+        for task in self._tasks:
+            task.cancel()
+        self.executor.close()
+
+    def request_stop(self) -> None:
+        self._stopping.set()
+
+    async def serve(self) -> None:
+        """Start, serve until SIGTERM or SIGINT, then stop gracefully."""
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            with contextlib.suppress(NotImplementedError):
+                loop.add_signal_handler(sig, self.request_stop)
+        await self.start()
+        await self._stopping.wait()
+        log.info("stopping: draining in-flight requests")
+        await self.stop()
+        log.info("stopped")
+
+
+def _family(host: str) -> socket.AddressFamily:
+    return socket.AF_INET6 if ":" in host else socket.AF_INET

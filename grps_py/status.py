@@ -1,0 +1,51 @@
+"""The one table: each core error class -> (HTTP status, gRPC status code).
+
+Retry meaning is kept: not ready -> 503/UNAVAILABLE, overloaded -> 429/RESOURCE_EXHAUSTED (retry
+later); bad input -> 400/INVALID_ARGUMENT (do not retry); anything unexpected -> 500/INTERNAL.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import grpc
+
+from grps_py.core import errors
+
+
+@dataclass(frozen=True)
+class WireStatus:
+    http: int
+    grpc: grpc.StatusCode
+
+
+ERROR_TABLE: dict[type[errors.GrpsError], WireStatus] = {
+    errors.GrpsError: WireStatus(500, grpc.StatusCode.INTERNAL),
+    errors.InvalidInput: WireStatus(400, grpc.StatusCode.INVALID_ARGUMENT),
+    errors.PayloadTooLarge: WireStatus(413, grpc.StatusCode.RESOURCE_EXHAUSTED),
+    errors.ModelNotFound: WireStatus(404, grpc.StatusCode.NOT_FOUND),
+    errors.ModelNotReady: WireStatus(503, grpc.StatusCode.UNAVAILABLE),
+    errors.Overloaded: WireStatus(429, grpc.StatusCode.RESOURCE_EXHAUSTED),
+    errors.DeadlineExceeded: WireStatus(504, grpc.StatusCode.DEADLINE_EXCEEDED),
+    errors.Cancelled: WireStatus(499, grpc.StatusCode.CANCELLED),
+    errors.Unsupported: WireStatus(501, grpc.StatusCode.UNIMPLEMENTED),
+    errors.ModelError: WireStatus(500, grpc.StatusCode.INTERNAL),
+    errors.InternalError: WireStatus(500, grpc.StatusCode.INTERNAL),
+}
+INTERNAL = ERROR_TABLE[errors.InternalError]
+INTERNAL_MESSAGE = "internal server error"
+
+
+def wire_status(exc: BaseException) -> WireStatus:
+    """The status for an exception; unknown exceptions are internal errors."""
+    for cls in type(exc).__mro__:
+        if cls in ERROR_TABLE:
+            return ERROR_TABLE[cls]  # type: ignore[index]
+    return INTERNAL
+
+
+def public_message(exc: BaseException) -> str:
+    """What a client may read about an exception: never a traceback or an internal detail."""
+    if isinstance(exc, errors.GrpsError):
+        return exc.public_message
+    return INTERNAL_MESSAGE
