@@ -1,0 +1,296 @@
+"""The `onnx` backend: ONNX Runtime sessions on CPU or CUDA, with inputs checked against the model.
+
+Imported only when a configured model uses `inferer_type: onnx`. Torch-free: the number of CUDA
+devices comes from the driver's device nodes and CUDA_VISIBLE_DEVICES, and whether CUDA really
+works is decided by building the session and asking which providers it got.
+
+Inferer args (all optional): `intra_op_num_threads`, `inter_op_num_threads`,
+`graph_optimization_level` (disable | basic | extended | all), `cuda_provider_options` (a dict
+passed to the CUDA execution provider).
+"""
+
+from __future__ import annotations
+
+import glob
+import logging
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import onnxruntime as ort
+from onnxruntime.capi.onnxruntime_pybind11_state import Fail, InvalidArgument
+
+from grps_py.backends import short_error
+from grps_py.backends.devices import cuda_index, is_cuda, normalize_device, visible_cuda_count
+from grps_py.core.context import GrpsContext
+from grps_py.core.errors import InvalidInput, ModelLoadError
+from grps_py.core.model import ModelInferer
+from grps_py.core.types import to_numpy
+
+logger = logging.getLogger(__name__)
+
+CUDA_EP = "CUDAExecutionProvider"
+CPU_EP = "CPUExecutionProvider"
+_UNKNOWN_COUNT = 1 << 16  # device count unknown: CUDA itself rejects a bad index when the session is built
+
+# ONNX Runtime's type strings -> numpy dtypes. Types numpy lacks (bfloat16, float8) are not checked.
+ORT_DTYPES: dict[str, np.dtype[Any]] = {
+    "tensor(float)": np.dtype(np.float32),
+    "tensor(double)": np.dtype(np.float64),
+    "tensor(float16)": np.dtype(np.float16),
+    "tensor(int8)": np.dtype(np.int8),
+    "tensor(int16)": np.dtype(np.int16),
+    "tensor(int32)": np.dtype(np.int32),
+    "tensor(int64)": np.dtype(np.int64),
+    "tensor(uint8)": np.dtype(np.uint8),
+    "tensor(uint16)": np.dtype(np.uint16),
+    "tensor(uint32)": np.dtype(np.uint32),
+    "tensor(uint64)": np.dtype(np.uint64),
+    "tensor(bool)": np.dtype(np.bool_),
+    "tensor(string)": np.dtype(object),
+}
+_OPTIMIZATION_LEVELS = {
+    "disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
+    "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+    "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+    "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
+}
+
+
+def cuda_device_count() -> int | None:
+    """CUDA devices ONNX Runtime could use, without importing torch; None when it cannot be told."""
+    if CUDA_EP not in ort.get_available_providers():
+        return 0
+    return visible_cuda_count(_nvidia_device_nodes(), os.environ.get("CUDA_VISIBLE_DEVICES"))
+
+
+def _nvidia_device_nodes() -> int | None:
+    """GPUs the NVIDIA driver exposes as /dev/nvidiaN (Linux); None elsewhere (Windows, WSL2)."""
+    if not sys.platform.startswith("linux") or os.path.exists("/dev/dxg"):
+        return None
+    return len(glob.glob("/dev/nvidia[0-9]*"))
+
+
+def resolve_device(device: str | None) -> str:
+    """The device an ONNX model runs on: `cpu` or `cuda:N`, with the usual CPU fallback rule.
+
+    `original` means nothing to ONNX (a file records no device) and is read as `auto`.
+    """
+    count = cuda_device_count()
+    name = "auto" if (device or "").strip().lower() == "original" else device
+    return normalize_device(name, _UNKNOWN_COUNT if count is None else count)
+
+
+def session_options(args: Mapping[str, Any]) -> ort.SessionOptions:
+    options = ort.SessionOptions()
+    try:
+        for key in ("intra_op_num_threads", "inter_op_num_threads"):
+            if args.get(key) is not None:
+                setattr(options, key, int(args[key]))
+        level = args.get("graph_optimization_level")
+        if level is not None:
+            options.graph_optimization_level = _OPTIMIZATION_LEVELS[str(level).lower()]
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ModelLoadError(
+            f"invalid onnx inferer args: {short_error(exc)} "
+            f"(graph_optimization_level is one of {', '.join(_OPTIMIZATION_LEVELS)}; "
+            "thread counts are integers)"
+        ) from exc
+    return options
+
+
+def build_session(path: str, device: str, args: Mapping[str, Any]) -> ort.InferenceSession:
+    """An InferenceSession on `device`; a CUDA session that cannot start CUDA falls back to CPU."""
+    providers: list[Any] = [CPU_EP]
+    if is_cuda(device):
+        cuda_options = {"device_id": cuda_index(device), **dict(args.get("cuda_provider_options") or {})}
+        providers = [(CUDA_EP, cuda_options), CPU_EP]
+    try:
+        session = ort.InferenceSession(path, sess_options=session_options(args), providers=providers)
+    except ModelLoadError:
+        raise
+    except Exception as exc:  # missing file, bad protobuf, unsupported opset, CUDA init failure
+        raise ModelLoadError(f"cannot load ONNX model {path} on {device}: {short_error(exc)}") from exc
+    if is_cuda(device) and CUDA_EP not in session.get_providers():
+        # onnxruntime-gpu lists the CUDA provider even where CUDA/cuDNN libraries or a GPU are missing.
+        logger.warning(
+            "ONNX model %s: CUDA execution provider unavailable on %s; running on cpu", path, device
+        )
+    return session
+
+
+class OnnxInferer(ModelInferer):
+    """inferer_type `onnx`: runs an ONNX model with ONNX Runtime.
+
+    `infer` takes a dict of named arrays, a list (matched to the model's inputs in order) or one
+    array (for a one-input model), and returns dict[output name, ndarray].
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.session: ort.InferenceSession | None = None
+        self.run_device = "cpu"  # after load: the device the session really runs on
+        self._inputs: list[Any] = []
+        self._output_names: list[str] = []
+
+    def load(self) -> bool:
+        if not self.path:
+            raise ModelLoadError("onnx inferer needs inferer_path: an .onnx file")
+        device = resolve_device(self.device)
+        self.session = build_session(self.path, device, self.args)
+        self.run_device = device if CUDA_EP in self.session.get_providers() else "cpu"
+        self._inputs = list(self.session.get_inputs())
+        self._output_names = [out.name for out in self.session.get_outputs()]
+        logger.info("loaded ONNX model %s on %s", self.path, self.run_device)
+        return True
+
+    def infer(self, inp: Any, context: GrpsContext) -> dict[str, np.ndarray[Any, Any]]:
+        return self._run(self._feed(inp))
+
+    def batch_infer(self, inps: list[Any], contexts: list[GrpsContext]) -> list[Any]:
+        """Run the requests as one batch when the model's first dim is dynamic, else one by one."""
+        feeds = [self._feed(inp) for inp in inps]
+        if len(feeds) > 1 and self._batch_dim_dynamic():
+            batch = concat_feeds(feeds)
+            if batch is not None:
+                merged, sizes = batch
+                parts = split_outputs(self._run(merged), sizes)
+                if parts is not None:
+                    return parts
+        return [self._run(feed) for feed in feeds]
+
+    def describe(self) -> dict[str, Any]:
+        """Inputs and outputs as {name, dtype (numpy name), shape (-1 for a dynamic dim)}."""
+        if self.session is None:
+            return {"inputs": [], "outputs": []}
+        return {
+            "inputs": [describe_arg(arg) for arg in self.session.get_inputs()],
+            "outputs": [describe_arg(arg) for arg in self.session.get_outputs()],
+        }
+
+    def _feed(self, inp: Any) -> dict[str, np.ndarray[Any, Any]]:
+        self._require_session()
+        feed = match_inputs(inp, [arg.name for arg in self._inputs])
+        for arg in self._inputs:
+            check_input(arg, feed[arg.name])
+        return feed
+
+    def _batch_dim_dynamic(self) -> bool:
+        return all(arg.shape and not isinstance(arg.shape[0], int) for arg in self._inputs)
+
+    def _run(self, feed: dict[str, np.ndarray[Any, Any]]) -> dict[str, np.ndarray[Any, Any]]:
+        session = self._require_session()
+        try:
+            if is_cuda(self.run_device):
+                outputs = self._run_bound(session, feed)
+            else:
+                outputs = session.run(self._output_names, feed)
+        except (InvalidArgument, Fail, ValueError) as exc:
+            raise InvalidInput(f"model rejected the input: {short_error(exc)}") from exc
+        return dict(zip(self._output_names, outputs, strict=True))
+
+    def _run_bound(self, session: ort.InferenceSession, feed: dict[str, np.ndarray[Any, Any]]) -> list[Any]:
+        """CUDA: bind host inputs and host outputs, so ORT copies each once and allocates no extra output."""
+        binding = session.io_binding()
+        for name, array in feed.items():
+            binding.bind_cpu_input(name, array)
+        for name in self._output_names:
+            binding.bind_output(name, "cpu")
+        session.run_with_iobinding(binding)
+        return list(binding.copy_outputs_to_cpu())
+
+    def _require_session(self) -> ort.InferenceSession:
+        if self.session is None:
+            raise ModelLoadError("onnx model is not loaded")
+        return self.session
+
+
+# -- input checks ------------------------------------------------------------------------------
+
+
+def match_inputs(inp: Any, names: list[str]) -> dict[str, np.ndarray[Any, Any]]:
+    """Name the request's arrays after the model's inputs: by key, by position, or the only one."""
+    expected = ", ".join(names)
+    if isinstance(inp, Mapping):
+        unknown = [str(key) for key in inp if key not in names]
+        missing = [name for name in names if name not in inp]
+        if unknown or missing:
+            problem = f"unknown input(s) {unknown}" if unknown else f"missing input(s) {missing}"
+            raise InvalidInput(f"{problem}; the model expects: {expected}")
+        return {name: _as_array(inp[name]) for name in names}
+    if isinstance(inp, Sequence) and not isinstance(inp, (str, bytes, np.ndarray)):
+        if len(inp) != len(names):
+            raise InvalidInput(f"the model takes {len(names)} input(s) ({expected}), got {len(inp)}")
+        return {name: _as_array(value) for name, value in zip(names, inp, strict=True)}
+    if len(names) != 1:
+        raise InvalidInput(
+            f"the model takes {len(names)} inputs ({expected}); send them by name or as a list"
+        )
+    return {names[0]: _as_array(inp)}
+
+
+def _as_array(value: Any) -> np.ndarray[Any, Any]:
+    array = to_numpy(value)  # torch tensors from an upstream DAG node come to the host here
+    return array.astype(object) if array.dtype.kind in ("U", "S") else array
+
+
+def check_input(arg: Any, array: np.ndarray[Any, Any]) -> None:
+    """Reject a dtype, rank or static dim that differs from the model's declaration."""
+    expected = ORT_DTYPES.get(arg.type)
+    if expected is not None and array.dtype != expected:
+        raise InvalidInput(
+            f"input '{arg.name}' expects {_dtype_name(expected)}, got {_dtype_name(array.dtype)}"
+        )
+    dims = arg.shape
+    if dims is None:
+        return
+    shape_text = "[" + ", ".join(str(d) if d is not None else "?" for d in dims) + "]"
+    if array.ndim != len(dims):
+        raise InvalidInput(
+            f"input '{arg.name}' expects rank {len(dims)} {shape_text}, got shape {list(array.shape)}"
+        )
+    for want, got in zip(dims, array.shape, strict=True):
+        if isinstance(want, int) and want >= 0 and want != got:
+            raise InvalidInput(f"input '{arg.name}' expects shape {shape_text}, got {list(array.shape)}")
+
+
+def _dtype_name(dtype: np.dtype[Any]) -> str:
+    return "string" if dtype == np.dtype(object) else dtype.name
+
+
+def describe_arg(arg: Any) -> dict[str, Any]:
+    dtype = ORT_DTYPES.get(arg.type)
+    shape = None if arg.shape is None else [d if isinstance(d, int) and d >= 0 else -1 for d in arg.shape]
+    return {"name": arg.name, "dtype": None if dtype is None else _dtype_name(dtype), "shape": shape}
+
+
+# -- batching ----------------------------------------------------------------------------------
+
+
+def concat_feeds(feeds: list[dict[str, np.ndarray[Any, Any]]]) -> tuple[dict[str, Any], list[int]] | None:
+    """Concatenate checked feeds along axis 0; None when their batch sizes or trailing dims disagree."""
+    sizes: list[int] = []
+    for feed in feeds:
+        firsts = {array.shape[0] if array.ndim else -1 for array in feed.values()}
+        if len(firsts) != 1 or -1 in firsts:
+            return None
+        sizes.append(firsts.pop())
+    merged: dict[str, Any] = {}
+    for name in feeds[0]:
+        column = [feed[name] for feed in feeds]
+        if len({array.shape[1:] for array in column}) != 1:
+            return None
+        merged[name] = np.concatenate(column, axis=0)
+    return merged, sizes
+
+
+def split_outputs(outputs: dict[str, np.ndarray[Any, Any]], sizes: list[int]) -> list[Any] | None:
+    """Split each batched output back per request; None when an output has no matching batch dim."""
+    total = sum(sizes)
+    if any(np.ndim(value) == 0 or len(value) != total for value in outputs.values()):
+        return None
+    cuts = np.cumsum(sizes)[:-1]
+    columns = {name: np.split(value, cuts, axis=0) for name, value in outputs.items()}
+    return [{name: column[i] for name, column in columns.items()} for i in range(len(sizes))]
