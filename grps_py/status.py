@@ -40,7 +40,7 @@ def wire_status(exc: BaseException) -> WireStatus:
     """The status for an exception; unknown exceptions are internal errors."""
     for cls in type(exc).__mro__:
         if cls in ERROR_TABLE:
-            return ERROR_TABLE[cls]  # type: ignore[index]
+            return ERROR_TABLE[cls]
     return INTERNAL
 
 

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from grps_py.core.batcher import Batcher
 from grps_py.core.config import ModelSettings
 from grps_py.core.context import GrpsContext
 from grps_py.core.errors import GrpsError, ModelError, ModelLoadError, ModelNotReady
@@ -83,14 +84,33 @@ class ModelNode:
             _is_async(fn)
             for fn in (self.converter.preprocess, self.inferer.infer, self.converter.postprocess)
         )
+        self.batcher = self._make_batcher()
         self.loaded = False
+
+    def _make_batcher(self) -> Batcher | None:
+        batching = self.settings.batching
+        if batching.type != "dynamic":
+            return None
+        if not self._all_sync:
+            log.warning("model '%s': async model code is not batched; serving requests one by one", self.key)
+            return None
+        return Batcher(
+            self._run_batch_sync,
+            self._run_sync,
+            self._pool,
+            batching.max_batch_size,
+            batching.batch_timeout_us,
+        )
 
     # -- lifecycle -----------------------------------------------------------------------------
     def load(self) -> None:
         """Init and load the model (blocking; run it in a thread)."""
         s = self.settings
         path = str(s.inferer_path) if s.inferer_path else None
-        self.inferer.init(path, s.device, dict(s.inferer_args))
+        args = dict(s.inferer_args)
+        if s.inp_device:  # grps passes inp_device to the inferer alongside its args
+            args.setdefault("inp_device", s.inp_device)
+        self.inferer.init(path, s.device, args)
         if not self.inferer.load():
             raise ModelLoadError(f"model '{self.key}': inferer load() returned False")
         self.converter.init(str(s.converter_path) if s.converter_path else None, dict(s.converter_args))
@@ -105,6 +125,8 @@ class ModelNode:
         return dict(describe()) if callable(describe) else {}
 
     def close(self) -> None:
+        if self.batcher is not None:
+            self.batcher.close()
         self._pool.shutdown(wait=False, cancel_futures=True)
 
     @property
@@ -135,7 +157,9 @@ class ModelNode:
         inp = self.converter_input(payload)
         ctx.postprocess = lambda out: self.converter_output(self.converter.postprocess(out, ctx))
         try:
-            if self._all_sync:
+            if self.batcher is not None:
+                out = await self.batcher.submit(inp, ctx)
+            elif self._all_sync:
                 loop = asyncio.get_running_loop()
                 out = await loop.run_in_executor(self._pool, self._run_sync, inp, ctx)
             else:
@@ -157,6 +181,11 @@ class ModelNode:
         x = self.converter.preprocess(inp, ctx)
         y = self.inferer.infer(x, ctx)
         return self.converter.postprocess(y, ctx)
+
+    def _run_batch_sync(self, inps: list[Any], ctxs: list[GrpsContext]) -> list[Any]:
+        xs = self.converter.batch_preprocess(inps, ctxs)
+        ys = self.inferer.batch_infer(xs, ctxs)
+        return self.converter.batch_postprocess(ys, ctxs)
 
     async def _run_mixed(self, inp: Any, ctx: GrpsContext) -> Any:
         x = await self._call(self.converter.preprocess, inp, ctx)

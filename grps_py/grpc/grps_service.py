@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from typing import TypeAlias
 
 import grpc
 
@@ -11,10 +12,10 @@ from grps_py.core.context import GrpsContext
 from grps_py.core.executor import Executor
 from grps_py.core.types import InferRequest
 from grps_py.grpc.boundary import rpc_boundary
-from grps_py.protos import grps_pb2, grps_pb2_grpc
+from grps_py.protos import grps_pb2
 
 Msg = grps_pb2.GrpsMessage
-Ctx = grpc.aio.ServicerContext
+Ctx: TypeAlias = grpc.aio.ServicerContext
 
 
 def _ok(message: Msg | None = None) -> Msg:
@@ -25,7 +26,10 @@ def _ok(message: Msg | None = None) -> Msg:
     return reply
 
 
-class GrpsService(grps_pb2_grpc.GrpsServiceServicer):
+class GrpsService:
+    """Implements every rpc of grps_pb2_grpc.GrpsServiceServicer (each wrapped by the boundary, which
+    supplies the request id, so the signatures differ from the generated base and it is not subclassed)."""
+
     def __init__(self, executor: Executor) -> None:
         self.executor = executor
 

@@ -21,7 +21,7 @@ def build_grpc_server(executor: Executor, settings: ServerSettings) -> tuple[grp
         ],
         maximum_concurrent_rpcs=settings.max_connections,
     )
-    grps_pb2_grpc.add_GrpsServiceServicer_to_server(GrpsService(executor), server)
+    grps_pb2_grpc.add_GrpsServiceServicer_to_server(GrpsService(executor), server)  # type: ignore[no-untyped-call]
     host = settings.interface.host
     address = (
         f"[{host}]:{settings.interface.grpc_port}"

@@ -49,7 +49,7 @@ def route_table(executor: Executor, settings: ServerSettings) -> list[Route]:
 
 def build_app(executor: Executor, settings: ServerSettings) -> tornado.web.Application:
     return tornado.web.Application(
-        route_table(executor, settings),  # type: ignore[arg-type]
+        route_table(executor, settings),
         default_handler_class=NotFoundHandler,
         default_handler_args={"executor": executor},
         compress_response=False,

@@ -54,6 +54,8 @@ class BaseHandler(tornado.web.RequestHandler):
             http_status, msg = status_code, self._reason
         self.set_status(http_status)
         rid = getattr(self, "request_id", "")
+        if rid:  # send_error cleared the headers set in prepare()
+            self.set_header(REQUEST_ID_HEADER, rid)
         self.set_header("Content-Type", "application/json")
         self.finish(grps_json.encode_status(http_status, f"{msg} [request_id={rid}]" if rid else msg, False))
 

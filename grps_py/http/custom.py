@@ -8,8 +8,8 @@ from grps_py.codecs import grps_json
 from grps_py.core.config import StreamingCtrl
 from grps_py.core.context import GrpsContext, HttpRequest
 from grps_py.core.executor import Executor
-from grps_py.core.types import InferRequest, Payload, PayloadKind
-from grps_py.http.streaming import PredictBase, streaming_requested
+from grps_py.core.types import InferRequest, Payload
+from grps_py.http.streaming import PredictBase, raw_bytes, streaming_requested
 
 
 class CustomPredictHandler(PredictBase):
@@ -46,9 +46,9 @@ class CustomPredictHandler(PredictBase):
             for key, value in custom.headers.items():
                 self.set_header(key, value)
             self.finish(custom.body)
-        elif response.payload.kind is PayloadKind.BYTES:
+        elif (data := raw_bytes(response.payload)) is not None:
             self.set_header("Content-Type", "application/octet-stream")
-            self.finish(response.payload.value)
+            self.finish(data)
         else:
             self.write_json(grps_json.encode_response(response.payload))
 

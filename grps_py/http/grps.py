@@ -13,7 +13,7 @@ from grps_py.core.errors import InvalidInput
 from grps_py.core.executor import Executor
 from grps_py.core.types import InferRequest, Payload, PayloadKind
 from grps_py.http.base import BaseHandler
-from grps_py.http.streaming import PredictBase, is_true, streaming_requested
+from grps_py.http.streaming import PredictBase, is_true, raw_bytes, streaming_requested
 
 OCTET_STREAM = "application/octet-stream"
 
@@ -83,9 +83,10 @@ class PredictHandler(PredictBase):
         response = await self.run_unary(request)
         if response is None:
             return
-        if response.payload.kind is PayloadKind.BYTES:
+        data = raw_bytes(response.payload)
+        if data is not None:
             self.set_header("Content-Type", OCTET_STREAM)
-            self.finish(response.payload.value)
+            self.finish(data)
             return
         return_ndarray = is_true(self.get_query_argument("return-ndarray", "false"))
         self.write_json(grps_json.encode_response(response.payload, return_ndarray=return_ndarray))

@@ -32,11 +32,19 @@ def streaming_requested(handler: BaseHandler, ctrl: StreamingCtrl) -> bool:
     return False
 
 
-def json_line(payload: Payload) -> bytes:
-    """One streamed message: raw bytes as they are, anything else one JSON document and a newline."""
+def raw_bytes(payload: Payload) -> bytes | None:
+    """The bytes of a `bin_data` answer (sent raw over HTTP), else None."""
     if payload.kind is PayloadKind.BYTES:
         return bytes(payload.value)
-    return grps_json.encode_response(payload) + b"\n"
+    if payload.kind is PayloadKind.MESSAGE and payload.value.WhichOneof("data_oneof") == "bin_data":
+        return bytes(payload.value.bin_data)
+    return None
+
+
+def json_line(payload: Payload) -> bytes:
+    """One streamed message: raw bytes as they are, anything else one JSON document and a newline."""
+    data = raw_bytes(payload)
+    return data if data is not None else grps_json.encode_response(payload) + b"\n"
 
 
 class PredictBase(BaseHandler):

@@ -1,0 +1,132 @@
+"""Models used by the transport tests: each shows one behaviour of the serving path."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+
+from grps_py import Converter, GrpsContext, GrpsMessage, ModelInferer, converter_register, inferer_register
+
+# Both graph branches wait here for each other: a DAG that ran them one after the other would
+# time out on this barrier, so a passing graph test proves the branches really ran concurrently.
+BRANCH_BARRIER = threading.Barrier(2, timeout=10)
+# What the streaming model saw, for the disconnect test.
+STREAM_LOG: dict[str, object] = {"disconnected": False, "sent": 0}
+# The size of every batch the batched model ran.
+BATCH_SIZES: list[int] = []
+
+
+class EchoInferer(ModelInferer):
+    """converter none: receives the GrpsMessage and answers it back."""
+
+    def infer(self, inp: GrpsMessage, context: GrpsContext) -> GrpsMessage:
+        out = GrpsMessage()
+        out.CopyFrom(inp)
+        out.ClearField("model")
+        return out
+
+
+class StreamInferer(ModelInferer):
+    """Streams `count` messages (str_data is the count); checks for a client that went away."""
+
+    def infer(self, inp: GrpsMessage, context: GrpsContext) -> GrpsMessage:
+        count = int(inp.str_data or "3")
+        delay = float(self.args.get("delay_s", 0.0))
+        STREAM_LOG.update(disconnected=False, sent=0)
+        if not context.if_streaming():
+            return GrpsMessage(str_data=f"unary {count}")
+        for i in range(count):
+            if context.if_disconnected():
+                STREAM_LOG["disconnected"] = True
+                break
+            context.stream_respond(GrpsMessage(str_data=f"chunk {i}"))
+            STREAM_LOG["sent"] = i + 1
+            time.sleep(delay)
+        return GrpsMessage()
+
+
+class RaisingInferer(ModelInferer):
+    def infer(self, inp: GrpsMessage, context: GrpsContext) -> GrpsMessage:
+        raise ValueError("boom: the model cannot handle this")
+
+
+class ReportingInferer(ModelInferer):
+    """Reports an error through its context, as grps model code does."""
+
+    def infer(self, inp: GrpsMessage, context: GrpsContext) -> GrpsMessage:
+        context.set_has_err(True)
+        context.set_err_msg("reporter refused the input")
+        return GrpsMessage()
+
+
+class ScaleInferer(ModelInferer):
+    """numpy converter: x -> {out_name: x * scale + shift}."""
+
+    def infer(self, inp: dict[str, np.ndarray], context: GrpsContext) -> dict[str, np.ndarray]:
+        x = next(iter(inp.values())) if isinstance(inp, dict) else inp[0]
+        scale = float(self.args.get("scale", 1.0))
+        shift = float(self.args.get("shift", 0.0))
+        return {str(self.args.get("out", "x")): x * scale + shift}
+
+
+class BranchInferer(ScaleInferer):
+    def infer(self, inp: dict[str, np.ndarray], context: GrpsContext) -> dict[str, np.ndarray]:
+        BRANCH_BARRIER.wait()
+        return super().infer(inp, context)
+
+
+class JoinInferer(ModelInferer):
+    def infer(self, inp: dict[str, np.ndarray], context: GrpsContext) -> dict[str, np.ndarray]:
+        return {"sum": inp["a"] + inp["b"]}
+
+
+class AsyncUpperInferer(ModelInferer):
+    """An `async def` infer runs on the event loop."""
+
+    async def infer(self, inp: GrpsMessage, context: GrpsContext) -> GrpsMessage:
+        return GrpsMessage(str_data=inp.str_data.upper())
+
+
+class PrefixConverter(Converter):
+    """A customized converter: str_data -> str, str -> GrpsMessage with a prefix."""
+
+    def preprocess(self, inp: GrpsMessage, context: GrpsContext) -> str:
+        return inp.str_data
+
+    def postprocess(self, inp: object, context: GrpsContext) -> GrpsMessage:
+        return GrpsMessage(str_data=f"{self.args.get('prefix', '')}{inp}")
+
+
+class BatchedInferer(ModelInferer):
+    """Batched with converter none: str_data "bad" fails its own request only."""
+
+    def infer(self, inp: GrpsMessage, context: GrpsContext) -> GrpsMessage:
+        if inp.str_data == "bad":
+            raise ValueError("bad row")
+        return GrpsMessage(str_data=inp.str_data + "!")
+
+    def batch_infer(self, inps: list[GrpsMessage], contexts: list[GrpsContext]) -> list[GrpsMessage]:
+        BATCH_SIZES.append(len(inps))
+        return [self.infer(inp, ctx) for inp, ctx in zip(inps, contexts, strict=True)]
+
+
+class IdentityInferer(ModelInferer):
+    def infer(self, inp: object, context: GrpsContext) -> object:
+        return inp
+
+
+inferer_register.register("echo", EchoInferer())
+inferer_register.register("stream", StreamInferer())
+inferer_register.register("raiser", RaisingInferer())
+inferer_register.register("reporter", ReportingInferer())
+inferer_register.register("double", ScaleInferer())
+inferer_register.register("add_one", ScaleInferer())
+inferer_register.register("branch_a", BranchInferer())
+inferer_register.register("branch_b", BranchInferer())
+inferer_register.register("join", JoinInferer())
+inferer_register.register("upper", AsyncUpperInferer())
+inferer_register.register("identity", IdentityInferer())
+inferer_register.register("batched", BatchedInferer())
+converter_register.register("prefix", PrefixConverter())

@@ -1,0 +1,59 @@
+"""Test support: real servers on port 0, run on their own event loop in a background thread."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future
+from pathlib import Path
+from typing import Any
+
+from grps_py.server import GrpsServer
+
+PROJECTS = Path(__file__).parent / "projects"
+BASIC = PROJECTS / "basic"
+
+
+class ServerThread:
+    """Runs a GrpsServer's loop in a daemon thread so tests can use blocking clients."""
+
+    def __init__(self, make_server: Callable[[], GrpsServer]) -> None:
+        self._make_server = make_server
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.server: GrpsServer
+
+    def call(self, coro: Any, timeout: float = 60) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def start(self) -> ServerThread:
+        self._thread.start()
+
+        async def build_and_start() -> GrpsServer:
+            server = self._make_server()
+            await server.start()
+            return server
+
+        self.server = self.call(build_and_start())
+        return self
+
+    def stop(self, grace_s: float = 2.0) -> None:
+        self.call(self.server.stop(grace_s))
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(10)
+
+    def run_soon(self, coro: Any) -> Future[Any]:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop)
+
+    @property
+    def http_url(self) -> str:
+        return f"http://127.0.0.1:{self.server.http_port}"
+
+    @property
+    def grpc_target(self) -> str:
+        return f"127.0.0.1:{self.server.grpc_port}"
+
+
+def start_project(root: Path, inference_conf: Path | None = None) -> ServerThread:
+    return ServerThread(lambda: GrpsServer.from_project(root, inference_conf=inference_conf)).start()

@@ -1,0 +1,77 @@
+"""grps.protos.v1.GrpsService against a real server: all 8 rpcs, streaming, status codes."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import grpc
+import pytest
+import yaml
+
+from grps_py.protos import grps_pb2, grps_pb2_grpc
+from support import ServerThread
+
+Msg = grps_pb2.GrpsMessage
+
+
+def test_liveness_readiness_and_metadata(grps_stub: grps_pb2_grpc.GrpsServiceStub) -> None:
+    for rpc in (grps_stub.CheckLiveness, grps_stub.CheckReadiness):
+        reply = rpc(Msg())
+        assert (reply.status.code, reply.status.status) == (200, grps_pb2.Status.SUCCESS)
+    server = yaml.safe_load(grps_stub.ServerMetadata(Msg()).str_data)
+    assert server["dag"]["name"] == "double_then_add_one"
+    model = yaml.safe_load(grps_stub.ModelMetadata(Msg(str_data="classifier_torch-1.0.0")).str_data)
+    assert model["inferer_type"] == "torch"
+
+
+def test_model_metadata_errors_have_real_codes(grps_stub: grps_pb2_grpc.GrpsServiceStub) -> None:
+    with pytest.raises(grpc.RpcError) as missing:
+        grps_stub.ModelMetadata(Msg(str_data="nope-1"))
+    assert missing.value.code() == grpc.StatusCode.NOT_FOUND
+    with pytest.raises(grpc.RpcError) as empty:
+        grps_stub.ModelMetadata(Msg())
+    assert empty.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
+def test_bin_data_round_trip(grps_stub: grps_pb2_grpc.GrpsServiceStub) -> None:
+    reply = grps_stub.Predict(Msg(model="echo-1.0", bin_data=b"\x00\x01binary"))
+    assert reply.bin_data == b"\x00\x01binary"
+
+
+def test_predict_streaming_yields_each_message(grps_stub: grps_pb2_grpc.GrpsServiceStub) -> None:
+    replies = list(grps_stub.PredictStreaming(Msg(model="stream-1.0", str_data="4")))
+    assert [r.str_data for r in replies] == [f"chunk {i}" for i in range(4)]
+    assert all(r.status.status == grps_pb2.Status.SUCCESS for r in replies)
+
+
+def test_predict_streaming_of_a_unary_model_yields_its_answer(
+    grps_stub: grps_pb2_grpc.GrpsServiceStub,
+) -> None:
+    replies = list(grps_stub.PredictStreaming(Msg(model="upper-1.0", str_data="one")))
+    assert [r.str_data for r in replies] == ["ONE"]
+
+
+def test_predict_streaming_error_has_a_real_code(grps_stub: grps_pb2_grpc.GrpsServiceStub) -> None:
+    with pytest.raises(grpc.RpcError) as err:
+        list(grps_stub.PredictStreaming(Msg(model="raiser-1.0", str_data="x")))
+    assert err.value.code() == grpc.StatusCode.INTERNAL
+    assert "boom" in (err.value.details() or "")
+
+
+def test_cancelled_stream_stops_the_model(
+    basic_server: ServerThread, grps_stub: grps_pb2_grpc.GrpsServiceStub
+) -> None:
+    log = sys.modules["serving_models"].STREAM_LOG
+    call = grps_stub.PredictStreaming(Msg(model="stream-1.0", str_data="500"))
+    assert next(call).str_data == "chunk 0"
+    call.cancel()
+    deadline = time.monotonic() + 10
+    while not log["disconnected"] and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert log["disconnected"] is True
+    assert log["sent"] < 500
+
+
+def test_message_size_limit_is_configured(basic_server: ServerThread) -> None:
+    assert basic_server.server.settings.interface.max_message_bytes == 1 << 30
