@@ -10,9 +10,17 @@ from grps_py.core.config import LogSettings
 FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 
+LOGGERS = ("grps_py", "tornado")
+
+
 def setup_logging(settings: LogSettings | None, level: int = logging.INFO) -> None:
+    """Our logs and Tornado's (access log included) go to stderr and, when configured, a file."""
+    for name in LOGGERS:
+        _configure(logging.getLogger(name), settings, level)
+
+
+def _configure(logger: logging.Logger, settings: LogSettings | None, level: int) -> None:
     """Idempotent: the stderr handler is added once, the file handler once per log directory."""
-    logger = logging.getLogger("grps_py")
     logger.setLevel(level)
     logger.propagate = False
     targets = {getattr(h, "baseFilename", "<stderr>") for h in logger.handlers}

@@ -55,5 +55,7 @@ class ServerThread:
         return f"127.0.0.1:{self.server.grpc_port}"
 
 
-def start_project(root: Path, inference_conf: Path | None = None) -> ServerThread:
-    return ServerThread(lambda: GrpsServer.from_project(root, inference_conf=inference_conf)).start()
+def start_project(
+    root: Path, inference_conf: Path | None = None, server_conf: Path | None = None
+) -> ServerThread:
+    return ServerThread(lambda: GrpsServer.from_project(root, server_conf, inference_conf)).start()

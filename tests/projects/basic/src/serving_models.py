@@ -112,6 +112,56 @@ class BatchedInferer(ModelInferer):
         return [self.infer(inp, ctx) for inp, ctx in zip(inps, contexts, strict=True)]
 
 
+class PostprocessStreamer(ModelInferer):
+    """numpy converter: streams each row of x through the converter's postprocess."""
+
+    def infer(self, inp: dict[str, np.ndarray], context: GrpsContext) -> dict[str, np.ndarray]:
+        x = inp["x"]
+        for row in x:
+            context.stream_respond_with_postprocess({"row": row * 10})
+        return {"row": x}
+
+
+class ContextProbe(ModelInferer):
+    """Answers with where and how it ran: thread, deadline, and how many ran at once."""
+
+    running = 0
+    peak = 0
+    lock = threading.Lock()
+
+    def infer(self, inp: GrpsMessage, context: GrpsContext) -> GrpsMessage:
+        with self.lock:
+            ContextProbe.running += 1
+            ContextProbe.peak = max(ContextProbe.peak, ContextProbe.running)
+        try:
+            time.sleep(float(inp.str_data or 0))
+        finally:
+            with self.lock:
+                ContextProbe.running -= 1
+        remaining = context.time_remaining()
+        out = GrpsMessage()
+        out.gmap.s_s["thread"] = threading.current_thread().name
+        out.gmap.s_d["remaining_s"] = -1.0 if remaining is None else remaining
+        return out
+
+
+class CustomHttpInferer(ModelInferer):
+    """For a customized_body route: reads the raw request and answers it itself."""
+
+    def infer(self, inp: GrpsMessage, context: GrpsContext) -> GrpsMessage:
+        request = context.get_http_request()
+        assert request is not None
+        if context.if_streaming():
+            for word in request.body.decode().split():
+                context.customized_http_stream_respond(word.upper() + "\n")
+            return GrpsMessage()
+        text = f"{request.method} {request.get_query('name', '?')} {request.body.decode()}"
+        context.set_http_response(
+            text.encode(), status=201, content_type="text/plain", headers={"X-Custom": "1"}
+        )
+        return GrpsMessage()
+
+
 class IdentityInferer(ModelInferer):
     def infer(self, inp: object, context: GrpsContext) -> object:
         return inp
@@ -129,4 +179,7 @@ inferer_register.register("join", JoinInferer())
 inferer_register.register("upper", AsyncUpperInferer())
 inferer_register.register("identity", IdentityInferer())
 inferer_register.register("batched", BatchedInferer())
+inferer_register.register("postprocess_streamer", PostprocessStreamer())
+inferer_register.register("probe", ContextProbe())
+inferer_register.register("custom_http", CustomHttpInferer())
 converter_register.register("prefix", PrefixConverter())
