@@ -12,6 +12,7 @@ import argparse
 import statistics
 import time
 from collections.abc import Callable
+from functools import partial
 
 import numpy as np
 from google.protobuf import json_format
@@ -51,8 +52,8 @@ def main() -> None:
         payload = Payload.of_tensors([Tensor("x", rng.standard_normal(size).astype(np.float32))])
         body = grps_json.encode_response(payload)
         rows = [
-            ("decode", lambda: grps_json.decode_request(body), lambda: via_protobuf_decode(body)),
-            ("encode", lambda: grps_json.encode_response(payload), lambda: via_protobuf_encode(payload)),
+            ("decode", partial(grps_json.decode_request, body), partial(via_protobuf_decode, body)),
+            ("encode", partial(grps_json.encode_response, payload), partial(via_protobuf_encode, payload)),
         ]
         for op, fast, slow in rows:
             fast_s, slow_s = median_s(fast, args.repeats), median_s(slow, args.repeats)

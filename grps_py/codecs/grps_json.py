@@ -3,13 +3,16 @@
 Requests are read with `orjson.loads` and tensors become numpy arrays in bulk; answers are written
 with one `orjson.dumps` in which numpy arrays serialize natively. The output is what
 `json_format.MessageToJson(msg, preserving_proto_field_name=True)` gives for the same message (tested
-value by value), including its quirks: int64 as strings, float32 as the shortest decimal that reads
-back to the same float32 (json_format's own rule, which differs from orjson's for subnormals and a few
-powers of two: those few values are spliced into orjson's text), NaN/Infinity as strings.
+value by value), including its quirks: int64 as strings, NaN/Infinity as strings, and float32 digits
+by json_format's rule (the fewest digits, 6 at least, that read back to the same float32), which
+differs from orjson's for subnormals and a few powers of two; those values are patched into orjson's
+text. A decoded `gmap` holds all six maps, empty ones included, as `grps_pb` gives it.
 
-Measured on a 100k-float32 tensor (`bench` numbers vary by machine; see the report in the commit):
-encode 2.7 ms vs 46 ms for `payload_to_message` + `MessageToJson` (~17x); decode 9.4 ms vs 58 ms for
-`json_format.Parse` + `message_to_payload` (~6x).
+Measured on one 100k-float32 tensor (standard normal values, development machine): encode 2.4 ms against
+~550 ms for `payload_to_message` + `MessageToJson` (about 200x: json_format finds float32 digits in
+Python, one value at a time); decode 7-12 ms against ~150-220 ms for `json_format.Parse` +
+`message_to_payload` (about 15-20x; most of what is left is `orjson.loads` making Python floats).
+On 1M float32: 24 ms / 110 ms. A 1M float32 array that is half NaN and a quarter Infinity: 215 ms.
 
 Where this parser is stricter than proto3 JSON, on purpose: integers other than int64 must be JSON
 numbers (not strings), floats accept only the strings "NaN", "Infinity" and "-Infinity", and shape
@@ -404,74 +407,57 @@ def _int64_strings(flat: Array) -> orjson.Fragment:
     return orjson.Fragment(b'["' + digits[1:-1].replace(b",", b'","') + b'"]')
 
 
-def _float32_numbers(flat: Array) -> Array | orjson.Fragment:
-    values = flat.astype(np.float32, copy=False)
-    return _float_numbers(values, _float32_mismatches(values), lambda v: _float_json(shortest_float32(v)))
+def _float_values(array: Array) -> Array | orjson.Fragment:
+    """Floats (C-contiguous, any ndim >= 1) as json_format writes them.
 
-
-def _float64_numbers(flat: Array) -> Array | orjson.Fragment:
-    # orjson's shortest float64 digits are Python's repr, as json_format writes; only NaN/Infinity differ.
-    return _float_numbers(flat, np.empty(0, dtype=np.intp), _float_json)
-
-
-def _float_numbers(
-    values: Array, mismatches: Array, to_json: Callable[[float], float | str]
-) -> Array | orjson.Fragment:
-    """The numpy array itself when orjson writes it right, else orjson's text with the exceptions fixed.
-
-    orjson writes NaN and Infinity as null: with one kind of them present a text replace is enough;
-    mixed kinds are spliced in one by one like the float32 digit mismatches.
+    orjson's numpy output is right for almost every value; the exceptions are NaN/Infinity (strings in
+    proto3 JSON) and, for float32, a few values where json_format picks other digits.
     """
-    specials = _special_strings(values)
-    if not specials and not mismatches.size:
-        return values
-    if len(specials) > 1:
-        mismatches = np.union1d(mismatches, np.flatnonzero(~np.isfinite(values)))
-    text = _splice_elements(orjson.dumps(values, option=_NUMPY), values, mismatches, to_json)
-    if len(specials) == 1:
-        text = text.replace(b"null", orjson.dumps(specials.pop()))
-    return orjson.Fragment(text)
+    if array.dtype == np.float64:
+        exceptions = np.flatnonzero(~np.isfinite(array))
+        to_json: Callable[[float], float | str] = _float_json
+    else:
+        array = array.astype(np.float32, copy=False)  # float16 travels as float32, as in the proto
+        exceptions = _float32_exceptions(array.reshape(-1))
+        to_json = _float32_json
+    return _patched_json(array, exceptions, to_json) if exceptions.size else array
 
 
-def _special_strings(values: Array) -> set[str]:
-    """Which of "NaN", "Infinity", "-Infinity" the array needs (checked only when it is not all finite)."""
-    if np.isfinite(values).all():
-        return set()
-    found = {"NaN": np.isnan(values).any(), "Infinity": np.isposinf(values).any()}
-    found["-Infinity"] = np.isneginf(values).any()
-    return {name for name, present in found.items() if present}
+def _patched_json(array: Array, indices: Array, to_json: Callable[[float], float | str]) -> orjson.Fragment:
+    """orjson's text of the array with the elements at `indices` (flat, C order) written by `to_json`.
 
-
-def _splice_elements(
-    text: bytes, values: Array, indices: Array, to_json: Callable[[float], float | str]
-) -> bytes:
-    """The text of a flat JSON number array with some elements rewritten, found by their commas."""
-    if not indices.size:
-        return text
-    commas = np.flatnonzero(np.frombuffer(text, dtype=np.uint8) == ord(","))
-    pieces: list[bytes] = []
-    cursor = 0
-    for index in indices.tolist():
-        start = int(commas[index - 1]) + 1 if index else 1
-        end = int(commas[index]) if index < len(commas) else len(text) - 1
-        pieces += [text[cursor:start], orjson.dumps(to_json(values[index].item()))]
-        cursor = end
-    pieces.append(text[cursor:])
-    return b"".join(pieces)
-
-
-def _float32_mismatches(values: Array) -> Array:
-    """Indices of finite float32 values whose json_format digits differ from orjson's shortest ones.
-
-    Both read back to the same float32, but as float64 they differ, so a parity test sees it. This
-    happens only for subnormals and for some powers of two (a table computed once).
+    They are set to NaN first, which orjson writes as `null` (and no number contains "null"), so the
+    k-th `null` in the text is the k-th index: a split and a join, no per-element Python work.
     """
-    magnitude = values.view(np.uint32) & np.uint32(0x7FFFFFFF)
+    marked = array.copy()
+    marked.reshape(-1)[indices] = np.nan
+    text = orjson.dumps(marked, option=_NUMPY)
+    distinct, inverse = np.unique(array.reshape(-1)[indices], return_inverse=True)
+    texts = [orjson.dumps(to_json(value)) for value in distinct.tolist()]
+    if len(texts) == 1:  # e.g. only NaN
+        return orjson.Fragment(text.replace(b"null", texts[0]))
+    pieces = text.split(b"null")
+    joined = [b""] * (2 * len(pieces) - 1)
+    joined[::2] = pieces
+    joined[1::2] = [texts[i] for i in inverse.tolist()]
+    return orjson.Fragment(b"".join(joined))
+
+
+def _float32_exceptions(flat: Array) -> Array:
+    """Indices of float32 values orjson writes unlike json_format: NaN/Infinity, subnormals (json_format
+    uses at least 6 digits), and the powers of two in a table computed once.
+
+    Both digit strings read back to the same float32, but as float64 they differ, so clients see it.
+    """
+    magnitude = flat.view(np.uint32) & np.uint32(0x7FFFFFFF)
     exponent = magnitude >> np.uint32(23)
-    subnormal = (exponent == 0) & (magnitude != 0)
-    powers = np.flatnonzero((magnitude & np.uint32(0x7FFFFF)) == 0)
-    odd_powers = powers[_power_of_two_mismatch_table()[exponent[powers]]]
-    return np.union1d(np.flatnonzero(subnormal), odd_powers)
+    # Cheap first cut: non-finite (exponent 255), zero or subnormal (exponent 0), powers of two.
+    candidates = np.flatnonzero(
+        (exponent == 0) | (exponent == 255) | ((magnitude & np.uint32(0x7FFFFF)) == 0)
+    )
+    exp, mag = exponent[candidates], magnitude[candidates]
+    odd: Array = (exp == 255) | ((exp == 0) & (mag != 0)) | _power_of_two_mismatch_table()[exp]
+    return candidates[odd]
 
 
 @functools.cache
@@ -508,19 +494,10 @@ def _float_json(value: float) -> float | str:
 
 def _ndarray_value(array: Array) -> Any:
     """The `ndarray` answer: nested numbers (int64 too: this is not proto3 JSON); NaN/Infinity as strings."""
-    if array.dtype == np.float16:
-        array = array.astype(np.float32)
     if array.ndim == 0:  # orjson writes no 0-d arrays: write it as [x] and drop the brackets
         return orjson.Fragment(orjson.dumps(_ndarray_value(array.reshape(1)), option=_NUMPY)[1:-1])
-    if array.dtype.kind != "f" or np.isfinite(array).all():
-        return array
-    nested = orjson.loads(orjson.dumps(array, option=_NUMPY))  # rare path: NaN/Infinity come back as None
-    for index in np.argwhere(~np.isfinite(array)).tolist():
-        row = nested
-        for position in index[:-1]:
-            row = row[position]
-        row[index[-1]] = _float_json(float(array[tuple(index)]))
-    return nested
+    array = np.ascontiguousarray(array)  # orjson serializes C-contiguous arrays only
+    return _float_values(array) if array.dtype.kind == "f" else array
 
 
 def _gmap_object(gmap: GenericMap) -> dict[str, Any]:
@@ -560,9 +537,9 @@ _FLAT_ENCODERS: dict[str, Callable[[Array], Any]] = {
     "DT_INT16": lambda flat: flat,
     "DT_INT32": lambda flat: flat,
     "DT_INT64": _int64_strings,
-    "DT_FLOAT16": _float32_numbers,
-    "DT_FLOAT32": _float32_numbers,
-    "DT_FLOAT64": _float64_numbers,
+    "DT_FLOAT16": _float_values,
+    "DT_FLOAT32": _float_values,
+    "DT_FLOAT64": _float_values,
     "DT_STRING": string_values,
 }
 _BRIDGE = GrpsMessageBridge()

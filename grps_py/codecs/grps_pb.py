@@ -225,7 +225,7 @@ def payload_to_message(payload: Payload, msg: grps_pb2.GrpsMessage | None = None
 def _held_message(held: Any, msg: grps_pb2.GrpsMessage | None) -> grps_pb2.GrpsMessage:
     if not isinstance(held, grps_pb2.GrpsMessage):
         raise TypeError(f"a MESSAGE payload must hold a GrpsMessage, not {type(held).__name__}")
-    if msg is None:
+    if msg is None or msg is held:
         return held
     which = held.WhichOneof("data_oneof")
     msg.ClearField("data_oneof")

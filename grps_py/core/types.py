@@ -56,6 +56,9 @@ _DTYPE_BY_NUMPY: dict[np.dtype[Any], DTypeInfo] = {d.numpy_dtype: d for d in DTY
 def dtype_for_array(array: np.ndarray[Any, Any]) -> tuple[DTypeInfo, np.ndarray[Any, Any]]:
     """The grps dtype for a numpy array, and the array converted to it where it needs widening."""
     dt = array.dtype
+    if not dt.isnative:  # big-endian input: the tables hold native dtypes
+        array = array.astype(dt.newbyteorder("="))
+        dt = array.dtype
     if dt.kind in ("U", "S"):
         return DTYPE_BY_NAME["DT_STRING"], array.astype(object)
     info = _DTYPE_BY_NUMPY.get(dt)

@@ -63,6 +63,9 @@ ENCODE_CASES: dict[str, Payload] = {
     "float64-specials": tensors(np.array([np.nan, -np.inf, 0.25, np.inf])),
     "strings": tensors(np.array(["", "héllo", "日本語", 'quote " and \\ and \n', "😀"], dtype=object)),
     "bool-as-uint8": tensors(np.array([True, False])),
+    "non-contiguous": Payload.of_tensors(
+        [Tensor("f", (np.arange(6, dtype=np.float32) / 7).reshape(2, 3).T), Tensor("i", np.arange(8)[::2])]
+    ),
     "scalar": tensors(np.float32(2.5).reshape(())),
     "scalar-string": tensors(np.array("only", dtype=object)),
     "zero-size": Payload.of_tensors(
@@ -163,6 +166,17 @@ def test_ndarray_answer_is_nested() -> None:
 def test_ndarray_answer_writes_specials_as_strings() -> None:
     array = np.array([[np.nan, 1.0], [np.inf, -np.inf]], dtype=np.float32)
     assert ndarray_answer(tensors(array)) == [["NaN", 1.0], ["Infinity", "-Infinity"]]
+
+
+def test_ndarray_answer_of_a_transposed_array() -> None:
+    assert ndarray_answer(tensors(np.arange(6).reshape(2, 3).T)) == [[0, 3], [1, 4], [2, 5]]
+
+
+def test_ndarray_answer_uses_json_format_float32_digits() -> None:
+    array = np.array([[1e-45, 2.0**-96]], dtype=np.float32)
+    flat = proto3_json(tensors(array))["gtensors"]["tensors"][0]["flat_float32"]
+    nested = json.loads(grps_json.encode_response(tensors(array), return_ndarray=True))["ndarray"]
+    assert [repr(v) for v in nested[0]] == flat
 
 
 @pytest.mark.parametrize(

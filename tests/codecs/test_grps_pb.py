@@ -254,6 +254,11 @@ def test_message_payload_is_copied_into_a_given_message(held: grps_pb2.GrpsMessa
     assert out == expected
 
 
+def test_message_payload_copied_into_itself_keeps_its_data() -> None:
+    held = grps_pb2.GrpsMessage(str_data="hi")
+    assert grps_pb.payload_to_message(Payload.of_message(held), held).str_data == "hi"
+
+
 def test_message_payload_must_hold_a_grps_message() -> None:
     with pytest.raises(TypeError, match="must hold a GrpsMessage, not dict"):
         grps_pb.payload_to_message(Payload.of_message({}))
