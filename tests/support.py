@@ -59,3 +59,13 @@ def start_project(
     root: Path, inference_conf: Path | None = None, server_conf: Path | None = None
 ) -> ServerThread:
     return ServerThread(lambda: GrpsServer.from_project(root, server_conf, inference_conf)).start()
+
+
+def reference(x: Any, w: dict[str, Any]) -> Any:
+    """A float64 numpy forward of the bundled classifier, for checking both backends' answers."""
+    import numpy as np
+
+    hidden = np.maximum(x.astype(np.float64) @ w["W1"] + w["b1"], 0.0)
+    logits = hidden @ w["W2"] + w["b2"]
+    exp = np.exp(logits - logits.max(axis=1, keepdims=True))
+    return exp / exp.sum(axis=1, keepdims=True)

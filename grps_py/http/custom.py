@@ -4,12 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from grps_py.codecs import grps_json
 from grps_py.core.config import StreamingCtrl
 from grps_py.core.context import GrpsContext, HttpRequest
 from grps_py.core.executor import Executor
 from grps_py.core.types import InferRequest, Payload
-from grps_py.http.streaming import PredictBase, raw_bytes, streaming_requested
+from grps_py.http.streaming import PredictBase, streaming_requested
 
 
 class CustomPredictHandler(PredictBase):
@@ -46,10 +45,7 @@ class CustomPredictHandler(PredictBase):
             for key, value in custom.headers.items():
                 self.set_header(key, value)
             self.finish(custom.body)
-        elif (data := raw_bytes(response.payload)) is not None:
-            self.set_header("Content-Type", "application/octet-stream")
-            self.finish(data)
         else:
-            self.write_json(grps_json.encode_response(response.payload))
+            self.write_payload(response.payload)
 
     get = post

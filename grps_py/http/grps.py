@@ -13,9 +13,7 @@ from grps_py.core.errors import InvalidInput
 from grps_py.core.executor import Executor
 from grps_py.core.types import InferRequest, Payload, PayloadKind
 from grps_py.http.base import BaseHandler
-from grps_py.http.streaming import PredictBase, is_true, raw_bytes, streaming_requested
-
-OCTET_STREAM = "application/octet-stream"
+from grps_py.http.streaming import OCTET_STREAM, PredictBase, is_true, streaming_requested
 
 
 class HealthHandler(BaseHandler):
@@ -83,13 +81,7 @@ class PredictHandler(PredictBase):
         response = await self.run_unary(request)
         if response is None:
             return
-        data = raw_bytes(response.payload)
-        if data is not None:
-            self.set_header("Content-Type", OCTET_STREAM)
-            self.finish(data)
-            return
-        return_ndarray = is_true(self.get_query_argument("return-ndarray", "false"))
-        self.write_json(grps_json.encode_response(response.payload, return_ndarray=return_ndarray))
+        self.write_payload(response.payload, is_true(self.get_query_argument("return-ndarray", "false")))
 
 
 class ServerMetadataHandler(BaseHandler):

@@ -15,6 +15,7 @@ from grps_py.core.types import InferRequest, InferResponse, Payload, PayloadKind
 from grps_py.http.base import BaseHandler
 
 TRUE_WORDS = frozenset({"1", "true", "yes", "on"})
+OCTET_STREAM = "application/octet-stream"
 
 
 def is_true(value: object) -> bool:
@@ -55,6 +56,15 @@ class PredictBase(BaseHandler):
     def on_connection_close(self) -> None:
         if self._request is not None:
             self._request.context.cancel()
+
+    def write_payload(self, payload: Payload, return_ndarray: bool = False) -> None:
+        """A `bin_data` answer goes back raw as octet-stream; anything else as grps JSON."""
+        data = raw_bytes(payload)
+        if data is not None:
+            self.set_header("Content-Type", OCTET_STREAM)
+            self.finish(data)
+            return
+        self.write_json(grps_json.encode_response(payload, return_ndarray=return_ndarray))
 
     async def run_unary(self, request: InferRequest) -> InferResponse | None:
         """The response, or None when the client went away first."""

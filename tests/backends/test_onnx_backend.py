@@ -14,9 +14,10 @@ from grps_py.backends import short_error
 from grps_py.backends.onnxruntime import CUDA_EP, OnnxInferer, concat_feeds, split_outputs
 from grps_py.core.context import GrpsContext
 from grps_py.core.errors import InvalidInput, ModelLoadError
+from support import reference
 
 onnx = pytest.importorskip("onnx")
-from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+from onnx import TensorProto, helper  # noqa: E402
 
 MODELS = Path(__file__).resolve().parents[2] / "models"
 MODEL_ONNX = MODELS / "default.onnx"
@@ -31,19 +32,6 @@ def torch_cuda() -> bool:
 
 
 gpu = pytest.mark.skipif(not torch_cuda(), reason="no CUDA GPU")
-
-
-@pytest.fixture(scope="module")
-def weights() -> dict[str, np.ndarray]:
-    model = onnx.load(str(MODEL_ONNX))
-    return {init.name: numpy_helper.to_array(init) for init in model.graph.initializer}
-
-
-def reference(x: np.ndarray, w: dict[str, np.ndarray]) -> np.ndarray:
-    hidden = np.maximum(x.astype(np.float64) @ w["W1"] + w["b1"], 0.0)
-    logits = hidden @ w["W2"] + w["b2"]
-    exp = np.exp(logits - logits.max(axis=1, keepdims=True))
-    return exp / exp.sum(axis=1, keepdims=True)
 
 
 def make_inferer(

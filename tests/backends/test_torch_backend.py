@@ -15,27 +15,13 @@ from grps_py.backends.torch import TorchConverter, TorchInferer, concat_inputs, 
 from grps_py.core.context import GrpsContext
 from grps_py.core.errors import InvalidInput, ModelLoadError
 from grps_py.core.types import Payload, PayloadKind, Tensor
+from support import reference
 
 onnx = pytest.importorskip("onnx")
-from onnx import numpy_helper  # noqa: E402
 
 MODELS = Path(__file__).resolve().parents[2] / "models"
 MODEL_PT = MODELS / "default.pt"
 gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU")
-
-
-@pytest.fixture(scope="module")
-def weights() -> dict[str, np.ndarray]:
-    """The weights, read from the ONNX twin: an independent source for the reference forward."""
-    model = onnx.load(str(MODELS / "default.onnx"))
-    return {init.name: numpy_helper.to_array(init) for init in model.graph.initializer}
-
-
-def reference(x: np.ndarray, w: dict[str, np.ndarray]) -> np.ndarray:
-    hidden = np.maximum(x.astype(np.float64) @ w["W1"] + w["b1"], 0.0)
-    logits = hidden @ w["W2"] + w["b2"]
-    exp = np.exp(logits - logits.max(axis=1, keepdims=True))
-    return exp / exp.sum(axis=1, keepdims=True)
 
 
 def make_inferer(
