@@ -59,7 +59,11 @@ class GrpsServer:
         log.info("listening: http %s:%s grpc %s", iface.host, self.http_port, self.grpc_port)
         if apply_gpu_settings(self.settings.gpu) and self.settings.gpu and self.settings.gpu.mem_gc_enable:
             self._tasks.append(asyncio.ensure_future(gpu_gc_loop(self.settings.gpu)))
-        await self.executor.start()
+        try:
+            await self.executor.start()
+        except BaseException:
+            await self.stop(grace_s=0)  # release the ports before reporting the failure
+            raise
 
     async def stop(self, grace_s: float | None = None) -> None:
         """Go offline, let in-flight requests finish within the grace period, then close."""

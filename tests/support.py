@@ -35,7 +35,12 @@ class ServerThread:
             await server.start()
             return server
 
-        self.server = self.call(build_and_start())
+        try:
+            self.server = self.call(build_and_start())
+        except BaseException:
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self._thread.join(10)
+            raise
         return self
 
     def stop(self, grace_s: float = 2.0) -> None:

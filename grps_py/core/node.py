@@ -7,7 +7,7 @@ import inspect
 import logging
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, TypeVar
 
 from grps_py.core.batcher import Batcher
 from grps_py.core.config import ModelSettings
@@ -19,6 +19,7 @@ from grps_py.core.model import (
     DEFAULT_CONVERTER_FOR,
     Converter,
     ModelInferer,
+    Registry,
     converter_register,
     inferer_register,
     load_builtin,
@@ -37,16 +38,22 @@ def public_failure(model: str, exc: BaseException) -> str:
     return f"model '{model}' failed: {type(exc).__name__}" + (f": {text}" if text else "")
 
 
+R = TypeVar("R")
+
+
+def _registered(registry: Registry[R], name: str | None, model_key: str) -> R:
+    instance = registry.get(name or "")
+    if instance is None:
+        raise ModelLoadError(
+            f"model '{model_key}': {registry.kind}_name {name!r} is not registered "
+            f"(registered: {registry.names()}); register it in a file under src/"
+        )
+    return instance
+
+
 def _resolve_inferer(settings: ModelSettings) -> ModelInferer:
     if settings.inferer_type == "customized":
-        name = settings.inferer_name or ""
-        inferer = inferer_register.get(name)
-        if inferer is None:
-            raise ModelLoadError(
-                f"model '{settings.key}': inferer_name {name!r} is not registered "
-                f"(registered: {inferer_register.names()}); register it in a file under src/"
-            )
-        return inferer
+        return _registered(inferer_register, settings.inferer_name, settings.key)
     instance: ModelInferer = load_builtin(BUILTIN_INFERERS[settings.inferer_type])
     return instance
 
@@ -54,14 +61,7 @@ def _resolve_inferer(settings: ModelSettings) -> ModelInferer:
 def _resolve_converter(settings: ModelSettings) -> Converter:
     kind = settings.converter_type or DEFAULT_CONVERTER_FOR[settings.inferer_type]
     if kind == "customized":
-        name = settings.converter_name or ""
-        converter = converter_register.get(name)
-        if converter is None:
-            raise ModelLoadError(
-                f"model '{settings.key}': converter_name {name!r} is not registered "
-                f"(registered: {converter_register.names()}); register it in a file under src/"
-            )
-        return converter
+        return _registered(converter_register, settings.converter_name, settings.key)
     instance: Converter = load_builtin(BUILTIN_CONVERTERS[kind])
     return instance
 
@@ -104,7 +104,18 @@ class ModelNode:
 
     # -- lifecycle -----------------------------------------------------------------------------
     def load(self) -> None:
-        """Init and load the model (blocking; run it in a thread)."""
+        """Init and load the model (blocking; run it in a thread). Any failure is a ModelLoadError."""
+        try:
+            self._load()
+        except ModelLoadError:
+            raise
+        except Exception as exc:
+            log.error("model '%s' failed to load", self.key, exc_info=exc)
+            raise ModelLoadError(
+                public_failure(self.key, exc).replace("failed", "failed to load", 1)
+            ) from exc
+
+    def _load(self) -> None:
         s = self.settings
         path = str(s.inferer_path) if s.inferer_path else None
         args = dict(s.inferer_args)

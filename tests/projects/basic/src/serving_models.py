@@ -162,6 +162,11 @@ class CustomHttpInferer(ModelInferer):
         return GrpsMessage()
 
 
+class FailingLoadInferer(ModelInferer):
+    def load(self) -> bool:
+        raise OSError("disk on fire")
+
+
 class IdentityInferer(ModelInferer):
     def infer(self, inp: object, context: GrpsContext) -> object:
         return inp
@@ -182,4 +187,5 @@ inferer_register.register("batched", BatchedInferer())
 inferer_register.register("postprocess_streamer", PostprocessStreamer())
 inferer_register.register("probe", ContextProbe())
 inferer_register.register("custom_http", CustomHttpInferer())
+inferer_register.register("failing_load", FailingLoadInferer())
 converter_register.register("prefix", PrefixConverter())
