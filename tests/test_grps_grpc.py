@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import sys
 import time
+from pathlib import Path
 
 import grpc
+import httpx
 import pytest
 import yaml
 
 from grps_py.protos import grps_pb2, grps_pb2_grpc
-from support import ServerThread
+from support import BASIC, ServerThread, start_project
 
 Msg = grps_pb2.GrpsMessage
 
@@ -73,5 +75,21 @@ def test_cancelled_stream_stops_the_model(
     assert log["sent"] < 500
 
 
-def test_message_size_limit_is_configured(basic_server: ServerThread) -> None:
-    assert basic_server.server.settings.interface.max_message_bytes == 1 << 30
+def test_message_size_limit_applies_to_both_transports(tmp_path: Path) -> None:
+    conf = tmp_path / "server.yml"
+    conf.write_text("interface:\n  host: 127.0.0.1\n  port: 0,0\n  max_message_bytes: 4096\n")
+    server = start_project(BASIC, server_conf=conf)
+    try:
+        with grpc.insecure_channel(server.grpc_target) as channel:
+            stub = grps_pb2_grpc.GrpsServiceStub(channel)
+            assert stub.Predict(Msg(model="echo", bin_data=b"x" * 1000)).bin_data == b"x" * 1000
+            with pytest.raises(grpc.RpcError) as err:
+                stub.Predict(Msg(model="echo", bin_data=b"x" * 10_000))
+            assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        headers = {"Content-Type": "application/octet-stream"}
+        url = f"{server.http_url}/grps/v1/infer/predict?model=echo"
+        # Tornado refuses an oversized Content-Length before any handler runs (400, connection closed).
+        assert httpx.post(url, content=b"x" * 10_000, headers=headers).status_code == 400
+        assert httpx.post(url, content=b"x" * 1000, headers=headers).content == b"x" * 1000
+    finally:
+        server.stop()
