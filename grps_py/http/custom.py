@@ -32,11 +32,8 @@ class CustomPredictHandler(PredictBase):
         ctx = GrpsContext(streaming=streaming, http_request=self._http_request(), request_id=self.request_id)
         model = self.get_query_argument("model", "") or ""
         request = InferRequest(Payload.of_bytes(self.request.body), ctx, model, self.request_id)
-        if streaming:
-            await self.run_streaming(request, self.ctrl.res_content_type)
-            return
-        response = await self.run_unary(request)
-        if response is None:
+        response = await self.run(request, self.ctrl.res_content_type)
+        if response is None:  # streamed, or the client went away
             return
         custom = ctx.get_http_response()
         if custom is not None:

@@ -75,11 +75,8 @@ class PredictHandler(PredictBase):
         model = model or self.get_query_argument("model", "") or ""
         ctx = GrpsContext(streaming=streaming, request_id=self.request_id)
         request = InferRequest(payload, ctx, model, self.request_id)
-        if streaming:
-            await self.run_streaming(request, self.ctrl.res_content_type)
-            return
-        response = await self.run_unary(request)
-        if response is None:
+        response = await self.run(request, self.ctrl.res_content_type)
+        if response is None:  # streamed, or the client went away
             return
         self.write_payload(response.payload, is_true(self.get_query_argument("return-ndarray", "false")))
 

@@ -66,6 +66,13 @@ class PredictBase(BaseHandler):
             return
         self.write_json(grps_json.encode_response(payload, return_ndarray=return_ndarray))
 
+    async def run(self, request: InferRequest, content_type: str) -> InferResponse | None:
+        """Stream the answer when the request asked for it (returns None); else return the answer."""
+        if request.context.if_streaming():
+            await self.run_streaming(request, content_type)
+            return None
+        return await self.run_unary(request)
+
     async def run_unary(self, request: InferRequest) -> InferResponse | None:
         """The response, or None when the client went away first."""
         self._request = request
