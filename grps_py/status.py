@@ -1,7 +1,7 @@
 """The one table: each core error class -> (HTTP status, gRPC status code).
 
-Retry meaning is kept: not ready -> 503/UNAVAILABLE, overloaded -> 429/RESOURCE_EXHAUSTED (retry
-later); bad input -> 400/INVALID_ARGUMENT (do not retry); anything unexpected -> 500/INTERNAL.
+Retry meaning is kept: not ready and overloaded -> 503/UNAVAILABLE (retry later, as OIP and load
+balancers expect); bad input -> 400/INVALID_ARGUMENT (do not retry); anything unexpected -> 500/INTERNAL.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ ERROR_TABLE: dict[type[errors.GrpsError], WireStatus] = {
     errors.PayloadTooLarge: WireStatus(413, grpc.StatusCode.RESOURCE_EXHAUSTED),
     errors.ModelNotFound: WireStatus(404, grpc.StatusCode.NOT_FOUND),
     errors.ModelNotReady: WireStatus(503, grpc.StatusCode.UNAVAILABLE),
-    errors.Overloaded: WireStatus(429, grpc.StatusCode.RESOURCE_EXHAUSTED),
+    errors.Overloaded: WireStatus(503, grpc.StatusCode.UNAVAILABLE),
     errors.DeadlineExceeded: WireStatus(504, grpc.StatusCode.DEADLINE_EXCEEDED),
     errors.Cancelled: WireStatus(499, grpc.StatusCode.CANCELLED),
     errors.Unsupported: WireStatus(501, grpc.StatusCode.UNIMPLEMENTED),

@@ -13,6 +13,16 @@ from grpc_tools import protoc
 
 ROOT = Path(__file__).resolve().parent.parent
 PROTO_DIR = ROOT / "proto"
+# Protos whose generated module registers its file in a private descriptor pool instead of the default
+# one. Why: tritonclient.grpc defines the same fully-qualified names (`inference.ModelInferRequest`...)
+# in the default pool, and one process may import both (our server and a tritonclient: the test suite,
+# or a user's model that calls Triton); two files defining one name in a pool fail with "duplicate
+# symbol". A private pool keeps our classes apart; the wire bytes are the same either way.
+# Holds for protobuf's default upb backend. The pure-Python backend (PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION
+# =python) registers every generated class in the default pool anyway, so there the two still collide.
+PRIVATE_POOL = {"open_inference_pb2.py"}
+_DEFAULT_POOL_CALL = "_descriptor_pool.Default().AddSerializedFile("
+_PRIVATE_POOL_CALL = "_descriptor_pool.DescriptorPool().AddSerializedFile("
 
 
 def generate(out_dir: Path) -> list[Path]:
@@ -38,12 +48,24 @@ def generate(out_dir: Path) -> list[Path]:
     written = []
     for generated in sorted(pkg.glob("*_pb2*.py*")):
         target = out_dir / generated.name
-        target.write_text(generated.read_text())
+        code = generated.read_text()
+        if generated.name in PRIVATE_POOL:
+            code = _use_private_pool(code, generated.name)
+        target.write_text(code)
         written.append(target)
     for leftover in sorted(staging.rglob("*"), reverse=True):
         leftover.unlink() if leftover.is_file() else leftover.rmdir()
     staging.rmdir()
     return written
+
+
+def _use_private_pool(code: str, name: str) -> str:
+    """Register the file in its own `DescriptorPool()` (see PRIVATE_POOL); fail loudly if protoc changed."""
+    if code.count(_DEFAULT_POOL_CALL) != 1:
+        raise SystemExit(
+            f"{name}: expected one `{_DEFAULT_POOL_CALL}` line to rewrite; protoc output changed"
+        )
+    return code.replace(_DEFAULT_POOL_CALL, _PRIVATE_POOL_CALL)
 
 
 if __name__ == "__main__":

@@ -14,9 +14,10 @@ from grps_py.core import errors
 from grps_py.core.config import ServerSettings
 from grps_py.grpc.boundary import BOUNDARY_MARK
 from grps_py.grpc.grps_service import GrpsService
+from grps_py.grpc.oip_service import OipService
 from grps_py.http.app import route_table
 from grps_py.http.base import BaseHandler
-from grps_py.protos import grps_pb2
+from grps_py.protos import grps_pb2, open_inference_pb2
 
 ROOT = Path(__file__).resolve().parent.parent
 FORBIDDEN = ("tornado", "grpc", "google.protobuf", "grps_py.protos", "grps_py.http", "grps_py.grpc")
@@ -60,10 +61,14 @@ def test_every_http_route_goes_through_the_boundary() -> None:
 
 
 def test_every_rpc_goes_through_the_boundary() -> None:
-    service = grps_pb2.DESCRIPTOR.services_by_name["GrpsService"]
-    for method in service.methods:
-        impl = getattr(GrpsService, method.name)
-        assert getattr(impl, BOUNDARY_MARK, False), method.name
+    services = [
+        (grps_pb2.DESCRIPTOR.services_by_name["GrpsService"], GrpsService),
+        (open_inference_pb2.DESCRIPTOR.services_by_name["GRPCInferenceService"], OipService),
+    ]
+    for descriptor, implementation in services:
+        for method in descriptor.methods:
+            impl = getattr(implementation, method.name)
+            assert getattr(impl, BOUNDARY_MARK, False), method.name
 
 
 def test_generated_protobuf_code_is_fresh(tmp_path: Path) -> None:

@@ -105,7 +105,8 @@ class TorchInferer(ModelInferer):
     """inferer_type `torch`: runs a TorchScript module.
 
     `infer` takes a dict (called as `module(**inp)`, or `module(inp)` with inferer arg
-    `call_with_dict: true`), a list (`module(*inp)`) or one tensor/array (`module(x)`), and returns
+    `call_with_dict: true`, or positionally in declared order when the model declares `inputs`),
+    a list (`module(*inp)`) or one tensor/array (`module(x)`), and returns
     what the module returns. The input device for `original` comes from the `inp_device`
     attribute, which `init` fills from inferer arg `inp_device` (the executor may also set it).
     """
@@ -116,6 +117,11 @@ class TorchInferer(ModelInferer):
         self.inp_device: str | None = None
         self.model_device = "cpu"  # where the weights are, after load
         self.input_device = "cpu"  # where inputs are sent, after load
+        self.input_names: list[str] = []  # declared inputs: passed positionally in this order
+
+    def bind_input_names(self, names: list[str]) -> None:
+        """Declared inputs reach the module positionally, in declared order (as Triton's PyTorch backend)."""
+        self.input_names = list(names)
 
     def init(self, path: str | None, device: str | None = None, args: dict[str, Any] | None = None) -> None:
         super().init(path, device, args)
@@ -189,6 +195,8 @@ class TorchInferer(ModelInferer):
                 raise InvalidInput(f"model rejected the input: {short_error(exc)}") from exc
 
     def _call(self, module: torch.jit.ScriptModule, x: Any) -> Any:
+        if isinstance(x, dict) and self.input_names and set(x) == set(self.input_names):
+            return module(*[x[name] for name in self.input_names])
         if isinstance(x, dict):
             return module(x) if self.args.get("call_with_dict") else module(**x)
         if isinstance(x, list):

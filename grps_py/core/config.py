@@ -16,7 +16,9 @@ from typing import Any, NoReturn, TypeGuard
 
 import yaml
 
+from grps_py.core.datatypes import DATATYPE_NAMES
 from grps_py.core.errors import ConfigError
+from grps_py.core.signature import TensorSpec
 
 GIB = 1 << 30
 
@@ -94,6 +96,8 @@ class ModelSettings:
     converter_path: Path | None = None
     converter_args: dict[str, Any] = field(default_factory=dict)
     batching: BatchingSettings = field(default_factory=BatchingSettings)
+    inputs: tuple[TensorSpec, ...] = ()  # declared tensors (OIP datatypes, -1 for a variable dim)
+    outputs: tuple[TensorSpec, ...] = ()
     index: int = 0  # position in `models`, for error messages
 
     @property
@@ -136,7 +140,18 @@ _LOG_KEYS = ("log_dir", "log_backup_count")
 _INFERENCE_KEYS = ("models", "dag")
 _INFERER_KEYS = ("inferer_type", "inferer_name", "inferer_path", "inferer_args")
 _CONVERTER_KEYS = ("converter_type", "converter_name", "converter_path", "converter_args")
-_MODEL_KEYS = ("name", "version", "device", "inp_device", *_INFERER_KEYS, *_CONVERTER_KEYS, "batching")
+_MODEL_KEYS = (
+    "name",
+    "version",
+    "device",
+    "inp_device",
+    *_INFERER_KEYS,
+    *_CONVERTER_KEYS,
+    "batching",
+    "inputs",
+    "outputs",
+)
+_TENSOR_KEYS = ("name", "datatype", "shape")
 _BATCHING_KEYS = ("type", "max_batch_size", "batch_timeout_us")
 _DAG_KEYS = ("type", "name", "nodes")
 _NODE_KEYS = ("name", "type", "model", "inputs")
@@ -293,13 +308,23 @@ class _Fields:
             self.fail(name, value, f"an existing path (resolved to {path}, which does not exist)")
         return path
 
+    def shape(self, name: str) -> tuple[int, ...] | None:
+        value = self.get(name)
+        if value is None:
+            return None
+        if isinstance(value, list) and all(_is_int(item) and item >= -1 for item in value):
+            return tuple(value)
+        self.fail(name, value, "a list of dimensions, each an integer >= 0 or -1 for a variable size")
+
     def section(self, name: str, allowed: Sequence[str]) -> _Fields:
         return _Fields(self.get(name), self.source, self.key(name), allowed)
 
-    def items(self, name: str, allowed: Sequence[str]) -> list[_Fields]:
-        """A required non-empty list of mappings, each read with the key path `name[i]`."""
+    def items(self, name: str, allowed: Sequence[str], required: bool = True) -> list[_Fields]:
+        """A non-empty list of mappings, each read with the key path `name[i]` (may be absent if optional)."""
         value = self.get(name)
         if value is None:
+            if not required:
+                return []
             self.missing(name, "a non-empty list")
         if not isinstance(value, list) or not value:
             self.fail(name, value, "a non-empty list")
@@ -478,8 +503,26 @@ def _parse_model(fields: _Fields, index: int, project_dir: Path) -> ModelSetting
         converter_path=fields.file_path("converter_path", project_dir),
         converter_args=fields.mapping("converter_args"),
         batching=_parse_batching(fields.section("batching", _BATCHING_KEYS)),
+        inputs=_parse_tensors(fields, "inputs"),
+        outputs=_parse_tensors(fields, "outputs"),
         index=index,
     )
+
+
+def _parse_tensors(fields: _Fields, key: str) -> tuple[TensorSpec, ...]:
+    """`inputs` / `outputs`: [{name, datatype, shape}] with OIP datatype names; shape may be left out."""
+    specs = tuple(
+        TensorSpec(
+            name=item.req_text("name"),
+            datatype=item.req_text("datatype", DATATYPE_NAMES),
+            shape=item.shape("shape"),
+        )
+        for item in fields.items(key, _TENSOR_KEYS, required=False)
+    )
+    _check_unique(
+        fields.source, [(f"{fields.key(key)}[{i}].name", s.name) for i, s in enumerate(specs)], "name"
+    )
+    return specs
 
 
 def _parse_version(fields: _Fields) -> str:

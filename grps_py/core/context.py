@@ -59,8 +59,11 @@ class GrpsContext:
         http_request: HttpRequest | None = None,
         deadline_s: float | None = None,
         request_id: str = "",
+        parameters: dict[str, Any] | None = None,
     ) -> None:
         self.request_id = request_id
+        # Request parameters (OIP `parameters`): str, int, float or bool values by name.
+        self.parameters: dict[str, Any] = dict(parameters or {})
         self._streaming = streaming
         self._http_request = http_request
         self._http_response: HttpResponse | None = None
@@ -96,6 +99,10 @@ class GrpsContext:
 
     def get_err_msg(self) -> str:
         return self._err_msg
+
+    def get_parameter(self, key: str, default: Any = None) -> Any:
+        """A request parameter (OIP `parameters`), or `default` when the request did not send it."""
+        return self.parameters.get(key, default)
 
     # -- streaming -----------------------------------------------------------------------------
     def if_streaming(self) -> bool:

@@ -106,6 +106,22 @@ class Dag:
     def node_names(self) -> list[str]:
         return [n.name for n in self._order]
 
+    @property
+    def nodes(self) -> list[ModelNode]:
+        return [self._models[n.name] for n in self._order]
+
+    @property
+    def entry_nodes(self) -> list[ModelNode]:
+        """The nodes that take the request itself."""
+        if self.type != "graph":
+            return [self._models[self._order[0].name]]
+        return [self._models[n.name] for n in self._order if not n.inputs]
+
+    @property
+    def exit_node(self) -> ModelNode:
+        """The node whose output is the answer."""
+        return self._models[self._sink]
+
     async def run(self, payload: Payload, ctx: GrpsContext) -> Payload:
         if self.type == "graph":
             return await self._run_graph(payload, ctx)

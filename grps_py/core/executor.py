@@ -10,6 +10,7 @@ from typing import Any
 
 import yaml
 
+from grps_py.core.catalog import Catalog
 from grps_py.core.config import InferenceSettings, ServerSettings
 from grps_py.core.context import STREAM_END
 from grps_py.core.dag import Dag
@@ -35,6 +36,8 @@ class Executor:
         workers = server.max_concurrency
         self.nodes = {m.key: ModelNode(m, bridge, workers) for m in inference.models}
         self.dag = Dag(inference.dag, self.nodes, bridge, inference.source)
+        self.bridge = bridge
+        self.catalog = Catalog(self.nodes, self.dag)
         self._by_name = self._index_by_name()
         self._slots = asyncio.Semaphore(server.max_concurrency)
         self._online = False
@@ -102,9 +105,11 @@ class Executor:
         if not model:
             return self.dag
         node = self.nodes.get(model) or self._by_name.get(model)
-        if node is None:
-            raise ModelNotFound(f"unknown model {model!r}; served models: {', '.join(self.nodes)}")
-        return node
+        if node is not None:
+            return node
+        if model == self.dag.name:
+            return self.dag
+        raise ModelNotFound(f"unknown model {model!r}; served models: {', '.join(self.nodes)}")
 
     @asynccontextmanager
     async def _admitted(self) -> AsyncIterator[None]:
@@ -180,8 +185,9 @@ class Executor:
         if not model:
             raise InvalidInput("model metadata needs the model name (name-version) in str_data")
         node = self.resolve(model)
-        if isinstance(node, Dag):  # pragma: no cover - resolve("") is excluded above
-            raise InvalidInput("model metadata needs a model name")
+        if isinstance(node, Dag):
+            dag_meta = {"name": node.name, "type": "dag", "dag_type": node.type, "nodes": node.node_names}
+            return yaml.safe_dump(dag_meta, sort_keys=False)
         s = node.settings
         meta: dict[str, Any] = {
             "name": s.name,

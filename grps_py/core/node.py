@@ -25,6 +25,7 @@ from grps_py.core.model import (
     load_builtin,
     outputs_to_payload,
 )
+from grps_py.core.signature import check_inputs, name_outputs
 from grps_py.core.types import MessageBridge, Payload, PayloadKind
 
 log = logging.getLogger("grps_py.model")
@@ -122,6 +123,9 @@ class ModelNode:
         if s.inp_device:  # grps passes inp_device to the inferer alongside its args
             args.setdefault("inp_device", s.inp_device)
         self.inferer.init(path, s.device, args)
+        bind_inputs = getattr(self.inferer, "bind_input_names", None)
+        if callable(bind_inputs) and s.inputs:  # e.g. TorchScript takes declared inputs positionally
+            bind_inputs([spec.name for spec in s.inputs])
         if not self.inferer.load():
             raise ModelLoadError(f"model '{self.key}': inferer load() returned False")
         self.converter.init(str(s.converter_path) if s.converter_path else None, dict(s.converter_args))
@@ -134,6 +138,13 @@ class ModelNode:
     def describe(self) -> dict[str, Any]:
         describe = getattr(self.inferer, "describe", None)
         return dict(describe()) if callable(describe) else {}
+
+    @property
+    def on_gpu(self) -> bool:
+        """Whether the loaded model runs on a GPU (as its backend reports it)."""
+        inferer = self.inferer
+        device = getattr(inferer, "input_device", None) or getattr(inferer, "run_device", None)
+        return self.loaded and str(device or inferer.device or "").startswith(("cuda", "gpu"))
 
     def close(self) -> None:
         if self.batcher is not None:
@@ -156,16 +167,26 @@ class ModelNode:
 
     def converter_output(self, out: Any) -> Payload:
         if isinstance(out, Payload):
-            return out
-        if self._bridge.is_message(out):
+            payload = out
+        elif self._bridge.is_message(out):
             return Payload.of_message(out)
-        return outputs_to_payload(out)
+        else:
+            payload = outputs_to_payload(out)
+        if self.settings.outputs and payload.kind is PayloadKind.TENSORS:
+            return Payload.of_tensors(name_outputs(self.settings.outputs, payload.value))
+        return payload
+
+    def checked_input(self, payload: Payload) -> Payload:
+        """Tensors are checked against the declared inputs (and named by them when sent unnamed)."""
+        if self.settings.inputs and payload.kind is PayloadKind.TENSORS:
+            return Payload.of_tensors(check_inputs(self.settings.inputs, payload.value, self.key))
+        return payload
 
     # -- running -------------------------------------------------------------------------------
     async def run(self, payload: Payload, ctx: GrpsContext) -> Payload:
         if not self.loaded:
             raise ModelNotReady(f"model '{self.key}' is not loaded")
-        inp = self.converter_input(payload)
+        inp = self.converter_input(self.checked_input(payload))
         ctx.postprocess = lambda out: self.converter_output(self.converter.postprocess(out, ctx))
         try:
             if self.batcher is not None:

@@ -30,13 +30,18 @@ def request_id_of(context: grpc.aio.ServicerContext) -> str:
     return uuid.uuid4().hex[:16]
 
 
-async def _abort(context: grpc.aio.ServicerContext, exc: BaseException, rid: str, rpc: str) -> None:
+def log_failure(exc: BaseException, rid: str, rpc: str) -> None:
+    """Client mistakes at info, model failures at warning (the node logged the traceback), bugs in full."""
     if isinstance(exc, ModelError):
         log.warning("request %s: %s", rid, exc.public_message)
     elif isinstance(exc, GrpsError):
         log.info("request %s: %s -> %s", rid, rpc, exc.public_message)
     else:
         log.error("request %s: %s failed", rid, rpc, exc_info=exc)
+
+
+async def _abort(context: grpc.aio.ServicerContext, exc: BaseException, rid: str, rpc: str) -> None:
+    log_failure(exc, rid, rpc)
     code = status.wire_status(exc).grpc
     await context.abort(code, f"{status.public_message(exc)} [request_id={rid}]")
 

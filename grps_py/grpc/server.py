@@ -7,7 +7,8 @@ import grpc
 from grps_py.core.config import ServerSettings
 from grps_py.core.executor import Executor
 from grps_py.grpc.grps_service import GrpsService
-from grps_py.protos import grps_pb2_grpc
+from grps_py.grpc.oip_service import OipService
+from grps_py.protos import grps_pb2_grpc, open_inference_pb2_grpc
 
 
 def build_grpc_server(executor: Executor, settings: ServerSettings) -> tuple[grpc.aio.Server, int]:
@@ -22,6 +23,9 @@ def build_grpc_server(executor: Executor, settings: ServerSettings) -> tuple[grp
         maximum_concurrent_rpcs=settings.max_connections,
     )
     grps_pb2_grpc.add_GrpsServiceServicer_to_server(GrpsService(executor), server)  # type: ignore[no-untyped-call]
+    open_inference_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(  # type: ignore[no-untyped-call]
+        OipService(executor), server
+    )
     host = settings.interface.host
     address = (
         f"[{host}]:{settings.interface.grpc_port}"

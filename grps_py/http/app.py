@@ -16,6 +16,7 @@ from grps_py.http.grps import (
     PredictHandler,
     ServerMetadataHandler,
 )
+from grps_py.http.oip import oip_routes
 
 Route = tuple[str, type[tornado.web.RequestHandler], dict[str, Any]]
 
@@ -44,7 +45,7 @@ def custom_routes(executor: Executor, settings: ServerSettings) -> list[Route]:
 
 
 def route_table(executor: Executor, settings: ServerSettings) -> list[Route]:
-    return custom_routes(executor, settings) + grps_routes(executor, settings)
+    return custom_routes(executor, settings) + grps_routes(executor, settings) + oip_routes(executor)
 
 
 def build_app(executor: Executor, settings: ServerSettings) -> tornado.web.Application:

@@ -57,7 +57,11 @@ class BaseHandler(tornado.web.RequestHandler):
         if rid:  # send_error cleared the headers set in prepare()
             self.set_header(REQUEST_ID_HEADER, rid)
         self.set_header("Content-Type", "application/json")
-        self.finish(grps_json.encode_status(http_status, f"{msg} [request_id={rid}]" if rid else msg, False))
+        self.finish(self.error_body(http_status, f"{msg} [request_id={rid}]" if rid else msg))
+
+    def error_body(self, http_status: int, msg: str) -> bytes:
+        """The body of an error answer: the grps envelope here; protocols with their own form override it."""
+        return grps_json.encode_status(http_status, msg, False)
 
     def log_exception(self, typ: Any, value: Any, tb: Any) -> None:
         rid = getattr(self, "request_id", "-")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 
@@ -172,6 +173,51 @@ class IdentityInferer(ModelInferer):
         return inp
 
 
+class ParamsInferer(ModelInferer):
+    """numpy converter: answers the request parameters it received, as JSON in one BYTES element."""
+
+    def infer(self, inp: dict[str, np.ndarray], context: GrpsContext) -> dict[str, np.ndarray]:
+        return {"params": np.array([json.dumps(context.parameters, sort_keys=True).encode()], dtype=object)}
+
+
+class VersionInferer(ModelInferer):
+    """Answers which version of the model ran."""
+
+    def infer(self, inp: dict[str, np.ndarray], context: GrpsContext) -> dict[str, np.ndarray]:
+        return {"version": np.array([str(self.args["v"]).encode()], dtype=object)}
+
+
+class TypedSumInferer(ModelInferer):
+    """Declared inputs a [-1, 3] FP32 and b [-1] INT64; returns its one output unnamed (named by config)."""
+
+    def infer(self, inp: dict[str, np.ndarray], context: GrpsContext) -> np.ndarray:
+        assert list(inp) == ["a", "b"], list(inp)
+        return inp["a"] + inp["b"][:, None].astype(np.float32)
+
+
+# What the token streamer saw, for the disconnect tests.
+TOKEN_LOG: dict[str, object] = {"disconnected": False, "sent": 0}
+
+
+class TokenStreamer(ModelInferer):
+    """Streams the words of text_input one by one (text_output); answers the whole text when not streaming."""
+
+    def infer(self, inp: dict[str, np.ndarray], context: GrpsContext) -> dict[str, np.ndarray] | None:
+        words = b" ".join(inp["text_input"].reshape(-1).tolist()).split()
+        delay = float(context.get_parameter("delay_s", self.args.get("delay_s", 0.0)))
+        if not context.if_streaming():
+            return {"text_output": np.array([b" ".join(words)], dtype=object)}
+        TOKEN_LOG.update(disconnected=False, sent=0)
+        for i, word in enumerate(words):
+            if context.if_disconnected():
+                TOKEN_LOG["disconnected"] = True
+                return None
+            context.stream_respond_with_postprocess({"text_output": np.array([word], dtype=object)})
+            TOKEN_LOG["sent"] = i + 1
+            time.sleep(delay)
+        return None
+
+
 inferer_register.register("echo", EchoInferer())
 inferer_register.register("stream", StreamInferer())
 inferer_register.register("raiser", RaisingInferer())
@@ -183,6 +229,11 @@ inferer_register.register("branch_b", BranchInferer())
 inferer_register.register("join", JoinInferer())
 inferer_register.register("upper", AsyncUpperInferer())
 inferer_register.register("identity", IdentityInferer())
+inferer_register.register("params", ParamsInferer())
+inferer_register.register("version_9", VersionInferer())
+inferer_register.register("version_10", VersionInferer())
+inferer_register.register("typed_sum", TypedSumInferer())
+inferer_register.register("tokens", TokenStreamer())
 inferer_register.register("batched", BatchedInferer())
 inferer_register.register("postprocess_streamer", PostprocessStreamer())
 inferer_register.register("probe", ContextProbe())

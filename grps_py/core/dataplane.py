@@ -1,0 +1,145 @@
+"""The Open Inference Protocol over the executor: what the /v2 routes and GRPCInferenceService share.
+
+The adapters decode the wire into an `OipRequest`, call this, and encode the `OipResponse`; the
+inference itself is the executor's one path, the same the grps API takes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from importlib import metadata
+from typing import Any
+
+import numpy as np
+
+from grps_py.core.catalog import Catalog, ModelEntry, model_config
+from grps_py.core.context import GrpsContext
+from grps_py.core.dag import Dag
+from grps_py.core.errors import InvalidInput, ModelError
+from grps_py.core.executor import SERVER_NAME, Executor
+from grps_py.core.oip import OipRequest, OipResponse
+from grps_py.core.signature import messages_can_carry
+from grps_py.core.types import InferRequest, Payload, PayloadKind, Tensor
+
+# Only what is really implemented is advertised.
+EXTENSIONS = ("binary_tensor_data", "model_configuration", "generate", "parameters")
+_DEFAULT_OUTPUT = "output"
+
+
+def server_version() -> str:
+    try:
+        return metadata.version("grps-py")
+    except metadata.PackageNotFoundError:  # running from a source tree that was not installed
+        return "0"
+
+
+class OipDataplane:
+    """Health, metadata and inference in OIP terms, for both transports."""
+
+    def __init__(self, executor: Executor) -> None:
+        self.executor = executor
+
+    @property
+    def catalog(self) -> Catalog:
+        return self.executor.catalog
+
+    # -- health and metadata -------------------------------------------------------------------
+    def server_metadata(self) -> dict[str, Any]:
+        return {"name": SERVER_NAME, "version": server_version(), "extensions": list(EXTENSIONS)}
+
+    def is_live(self) -> bool:
+        return self.executor.is_live()
+
+    def is_ready(self) -> bool:
+        return self.executor.is_ready()
+
+    def entry(self, name: str, version: str = "") -> ModelEntry:
+        return self.catalog.entry(name, version)
+
+    def model_ready(self, name: str, version: str = "") -> bool:
+        """Ready when the server is (online, loaded) and so is every node behind the model."""
+        entry = self.catalog.entry(name, version)
+        target = self.executor.resolve(entry.key)
+        nodes = target.nodes if isinstance(target, Dag) else [target]
+        return self.executor.is_ready() and all(node.loaded for node in nodes)
+
+    def model_metadata(self, name: str, version: str = "") -> tuple[ModelEntry, list[str]]:
+        entry = self.catalog.entry(name, version)
+        return entry, self.catalog.versions(entry.name)
+
+    def model_config(self, name: str, version: str = "") -> dict[str, Any]:
+        return model_config(self.catalog.entry(name, version))
+
+    # -- inference -----------------------------------------------------------------------------
+    def context(
+        self, request: OipRequest, rid: str, deadline_s: float | None = None, streaming: bool = False
+    ) -> GrpsContext:
+        """The request's context; the adapter keeps it to cancel the request when the client goes away."""
+        return GrpsContext(
+            streaming=streaming, deadline_s=deadline_s, request_id=rid, parameters=request.parameters
+        )
+
+    def _prepare(
+        self, name: str, version: str, request: OipRequest, ctx: GrpsContext
+    ) -> tuple[ModelEntry, InferRequest]:
+        entry = self.catalog.entry(name, version)
+        known = {spec.name for spec in entry.outputs}
+        for wanted in request.outputs:
+            if known and wanted.name not in known:
+                raise InvalidInput(_unknown_output(wanted.name, entry, sorted(known)))
+        if entry.takes_messages:
+            messages_can_carry(request.inputs)
+        return entry, InferRequest(Payload.of_tensors(request.inputs), ctx, entry.key, ctx.request_id)
+
+    async def infer(self, name: str, version: str, request: OipRequest, ctx: GrpsContext) -> OipResponse:
+        entry, infer_request = self._prepare(name, version, request, ctx)
+        response = await self.executor.infer(infer_request)
+        return self._response(entry, request, response.payload)
+
+    async def infer_stream(
+        self, name: str, version: str, request: OipRequest, ctx: GrpsContext
+    ) -> AsyncIterator[OipResponse]:
+        """One OipResponse per message the model streams (its answer when it streams none).
+
+        `ctx` must be a streaming context (`context(..., streaming=True)`)."""
+        entry, infer_request = self._prepare(name, version, request, ctx)
+        async for response in self.executor.infer_stream(infer_request):
+            yield self._response(entry, request, response.payload)
+
+    def _response(self, entry: ModelEntry, request: OipRequest, payload: Payload) -> OipResponse:
+        outputs = self._tensors(entry, payload)
+        if request.outputs:
+            by_name = {t.name: t for t in outputs}
+            missing = [w.name for w in request.outputs if w.name not in by_name]
+            if missing:
+                raise InvalidInput(_unknown_output(missing[0], entry, list(by_name)))
+            outputs = [by_name[w.name] for w in request.outputs]
+        return OipResponse(entry.name, entry.version, outputs, id=request.id)
+
+    def _tensors(self, entry: ModelEntry, payload: Payload) -> list[Tensor]:
+        """A model's answer as OIP output tensors: tensors as they are, text or bytes as one BYTES element."""
+        kind = payload.kind
+        if kind is PayloadKind.MESSAGE:
+            return self._tensors(entry, self.executor.bridge.from_message(payload.value))
+        if kind is PayloadKind.TENSORS:
+            return [Tensor(t.name or f"{_DEFAULT_OUTPUT}_{i}", t.array) for i, t in enumerate(payload.value)]
+        name = entry.outputs[0].name if entry.outputs else _DEFAULT_OUTPUT
+        if kind is PayloadKind.TEXT:
+            return [Tensor(name, _one_bytes(payload.value.encode()))]
+        if kind is PayloadKind.BYTES:
+            return [Tensor(name, _one_bytes(bytes(payload.value)))]
+        if kind is PayloadKind.EMPTY:
+            return []
+        raise ModelError(
+            f"model '{entry.name}' answered a gmap, which OIP cannot carry; return tensors, text or bytes"
+        )
+
+
+def _one_bytes(value: bytes) -> np.ndarray[Any, Any]:
+    array = np.empty(1, dtype=object)
+    array[0] = value
+    return array
+
+
+def _unknown_output(name: str, entry: ModelEntry, known: list[str]) -> str:
+    return f"unknown output '{name}' requested from model '{entry.name}'; its outputs: {', '.join(known)}"

@@ -1,0 +1,118 @@
+"""A model's tensor signature: its declared inputs and outputs, and the checks made against them.
+
+Declared in inference.yml as `models[].inputs` / `models[].outputs` (`{name, datatype, shape}`, OIP
+datatype names, -1 for a variable dimension); read from the model where the backend can tell
+(ONNX). Requests are checked against declared inputs before the model runs, so a bad one is a
+400 naming the tensor instead of an error from deep inside the model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from grps_py.core.datatypes import BYTES, datatype_of
+from grps_py.core.errors import InvalidInput
+from grps_py.core.types import Tensor
+
+# Names a model's outputs get when it returns them unnamed (see core.model.outputs_to_payload).
+_UNNAMED_OUTPUT = "output"
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """One declared tensor. `datatype` is None and `shape` None where the model does not tell."""
+
+    name: str
+    datatype: str | None = None
+    shape: tuple[int, ...] | None = None
+
+    def describe_shape(self) -> str:
+        return "any shape" if self.shape is None else "[" + ", ".join(map(str, self.shape)) + "]"
+
+
+def array_datatype(array: np.ndarray[Any, Any]) -> str:
+    """The OIP datatype of an array (BYTES for strings and objects)."""
+    datatype = datatype_of(array.dtype)
+    if datatype is None:
+        raise InvalidInput(f"numpy dtype {array.dtype} has no OIP datatype")
+    return datatype
+
+
+def check_input(spec: TensorSpec, tensor: Tensor) -> None:
+    """The tensor's datatype, rank and fixed dimensions must match its declaration."""
+    array = tensor.array
+    if spec.datatype is not None:
+        got = datatype_of(array.dtype)
+        if got != spec.datatype:
+            raise InvalidInput(
+                f"input '{spec.name}' expects datatype {spec.datatype}, got {got or array.dtype}"
+            )
+    if spec.shape is None:
+        return
+    shape = list(array.shape)
+    if len(shape) != len(spec.shape) or any(
+        w >= 0 and w != g for w, g in zip(spec.shape, shape, strict=True)
+    ):
+        raise InvalidInput(f"input '{spec.name}' expects shape {spec.describe_shape()}, got {shape}")
+
+
+def check_inputs(specs: Sequence[TensorSpec], tensors: list[Tensor], model: str) -> list[Tensor]:
+    """Check a request's tensors against declared inputs; returns them, named in declared order.
+
+    Tensors without names (grps requests may send them so) take the declared names by position.
+    """
+    expected = ", ".join(spec.name for spec in specs)
+    if tensors and not any(t.name for t in tensors) and len(tensors) == len(specs):
+        tensors = [Tensor(spec.name, t.data) for spec, t in zip(specs, tensors, strict=True)]
+    by_name = {t.name: t for t in tensors}
+    declared = {spec.name for spec in specs}
+    for t in tensors:
+        if t.name not in declared:
+            raise InvalidInput(f"unknown input '{t.name}' for model '{model}'; its inputs: {expected}")
+    if len(by_name) != len(tensors):
+        raise InvalidInput(f"an input is given twice for model '{model}'")
+    missing = [spec.name for spec in specs if spec.name not in by_name]
+    if missing:
+        raise InvalidInput(f"missing input '{missing[0]}' for model '{model}'; its inputs: {expected}")
+    for spec in specs:
+        check_input(spec, by_name[spec.name])
+    return [by_name[spec.name] for spec in specs]
+
+
+def name_outputs(specs: Sequence[TensorSpec], tensors: list[Tensor]) -> list[Tensor]:
+    """Outputs a model returned unnamed (`output`, `output_0`...) take the declared names by position."""
+    if not specs or len(specs) != len(tensors):
+        return tensors
+    if len(tensors) == 1:
+        unnamed = tensors[0].name in ("", _UNNAMED_OUTPUT, f"{_UNNAMED_OUTPUT}_0")
+    else:
+        unnamed = all(t.name in ("", f"{_UNNAMED_OUTPUT}_{i}") for i, t in enumerate(tensors))
+    if not unnamed:
+        return tensors
+    return [Tensor(spec.name, t.data) for spec, t in zip(specs, tensors, strict=True)]
+
+
+def messages_can_carry(tensors: list[Tensor]) -> None:
+    """A GrpsMessage holds uint8, int8-64, float16-64 and UTF-8 strings: refuse anything else, saying why."""
+    allowed = ("UINT8", "INT8", "INT16", "INT32", "INT64", "FP16", "FP32", "FP64", BYTES)
+    for t in tensors:
+        datatype = datatype_of(t.array.dtype)
+        if datatype not in allowed:
+            raise InvalidInput(
+                f"input '{t.name}' has datatype {datatype}, which this model's GrpsMessage cannot carry "
+                f"(it takes {', '.join(allowed)}); the model needs converter_type numpy to take it"
+            )
+        if datatype == BYTES:
+            for value in t.array.flat:
+                if isinstance(value, bytes):
+                    try:
+                        value.decode()
+                    except UnicodeDecodeError:
+                        raise InvalidInput(
+                            f"input '{t.name}' holds bytes that are not UTF-8, which a GrpsMessage string "
+                            "cannot carry; the model needs converter_type numpy to take it"
+                        ) from None

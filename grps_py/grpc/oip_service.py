@@ -1,0 +1,154 @@
+"""inference.GRPCInferenceService: the Open Inference Protocol over gRPC, with Triton's extensions
+that tritonclient uses (ModelConfig, and the bidirectional ModelStreamInfer)."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import AsyncIterator
+from typing import Any, TypeAlias
+
+import grpc
+
+from grps_py import status
+from grps_py.codecs import oip_pb
+from grps_py.core.context import GrpsContext
+from grps_py.core.dataplane import OipDataplane
+from grps_py.core.executor import Executor
+from grps_py.core.oip import EMPTY_FINAL_RESPONSE, FINAL_RESPONSE, OipRequest, OipResponse
+from grps_py.grpc.boundary import log_failure, rpc_boundary
+from grps_py.protos import open_inference_pb2 as pb
+
+Ctx: TypeAlias = grpc.aio.ServicerContext
+_DONE = object()  # one request of a stream has sent its last response
+_READ_END = object()  # the client closed its side of the stream
+
+
+class OipService:
+    """Implements GRPCInferenceService (each rpc wrapped by the boundary, which supplies the request id)."""
+
+    def __init__(self, executor: Executor) -> None:
+        self.dataplane = OipDataplane(executor)
+
+    @rpc_boundary
+    async def ServerLive(self, request: Any, context: Ctx, rid: str) -> pb.ServerLiveResponse:
+        return pb.ServerLiveResponse(live=self.dataplane.is_live())
+
+    @rpc_boundary
+    async def ServerReady(self, request: Any, context: Ctx, rid: str) -> pb.ServerReadyResponse:
+        return pb.ServerReadyResponse(ready=self.dataplane.is_ready())
+
+    @rpc_boundary
+    async def ModelReady(
+        self, request: pb.ModelReadyRequest, context: Ctx, rid: str
+    ) -> pb.ModelReadyResponse:
+        return pb.ModelReadyResponse(ready=self.dataplane.model_ready(request.name, request.version))
+
+    @rpc_boundary
+    async def ServerMetadata(self, request: Any, context: Ctx, rid: str) -> pb.ServerMetadataResponse:
+        return pb.ServerMetadataResponse(**self.dataplane.server_metadata())
+
+    @rpc_boundary
+    async def ModelMetadata(
+        self, request: pb.ModelMetadataRequest, context: Ctx, rid: str
+    ) -> pb.ModelMetadataResponse:
+        entry, versions = self.dataplane.model_metadata(request.name, request.version)
+        return oip_pb.encode_model_metadata(entry, versions)
+
+    @rpc_boundary
+    async def ModelConfig(
+        self, request: pb.ModelConfigRequest, context: Ctx, rid: str
+    ) -> pb.ModelConfigResponse:
+        return oip_pb.encode_model_config(self.dataplane.model_config(request.name, request.version))
+
+    @rpc_boundary
+    async def ModelInfer(
+        self, request: pb.ModelInferRequest, context: Ctx, rid: str
+    ) -> pb.ModelInferResponse:
+        oip_request = oip_pb.decode_infer_request(request)
+        ctx = self.dataplane.context(oip_request, rid, context.time_remaining())
+        try:
+            response = await self.dataplane.infer(request.model_name, request.model_version, oip_request, ctx)
+        except asyncio.CancelledError:
+            ctx.cancel()  # the client cancelled: the model sees if_disconnected()
+            raise
+        return oip_pb.encode_infer_response(response)
+
+    @rpc_boundary
+    async def ModelStreamInfer(
+        self, requests: AsyncIterator[pb.ModelInferRequest], context: Ctx, rid: str
+    ) -> AsyncIterator[pb.ModelStreamInferResponse]:
+        """Requests of one stream run concurrently; their responses interleave as they come."""
+        queue: asyncio.Queue[Any] = asyncio.Queue()
+        tasks: list[asyncio.Task[None]] = []
+        numbers = itertools.count(1)
+
+        async def read() -> None:
+            try:
+                async for message in requests:
+                    rid_n = f"{rid}.{next(numbers)}"
+                    tasks.append(asyncio.ensure_future(self._serve(message, context, rid_n, queue)))
+            finally:
+                queue.put_nowait(_READ_END)  # after every request has its task
+
+        reader = asyncio.ensure_future(read())
+        reading, finished = True, 0
+        try:
+            while reading or finished < len(tasks):
+                item = await queue.get()
+                if item is _READ_END:
+                    reading = False
+                elif item is _DONE:
+                    finished += 1
+                else:
+                    yield item
+        finally:
+            reader.cancel()
+            for task in tasks:
+                task.cancel()
+
+    async def _serve(
+        self, message: pb.ModelInferRequest, context: Ctx, rid: str, queue: asyncio.Queue[Any]
+    ) -> None:
+        """Run one request of a stream; every message the model streams becomes one response."""
+        ctx: GrpsContext | None = None
+        try:
+            request = oip_pb.decode_infer_request(message)
+            ctx = self.dataplane.context(request, rid, context.time_remaining(), streaming=True)
+            await self._stream_responses(message, request, ctx, queue)
+        except asyncio.CancelledError:
+            if ctx is not None:
+                ctx.cancel()
+            raise
+        except Exception as exc:
+            log_failure(exc, rid, "ModelStreamInfer")
+            text = f"{status.public_message(exc)} [request_id={rid}]"
+            queue.put_nowait(pb.ModelStreamInferResponse(error_message=text))
+        finally:
+            queue.put_nowait(_DONE)
+
+    async def _stream_responses(
+        self, message: pb.ModelInferRequest, request: OipRequest, ctx: GrpsContext, queue: asyncio.Queue[Any]
+    ) -> None:
+        """Each response carries `triton_final_response`. With `triton_enable_empty_final_response` the
+        end is an empty response; otherwise each response is held until the next one comes, so the last
+        real one can carry the final flag."""
+        name, version = message.model_name, message.model_version
+        empty_final = request.parameters.get(EMPTY_FINAL_RESPONSE) is True
+        held: OipResponse | None = None
+        async for response in self.dataplane.infer_stream(name, version, request, ctx):
+            if empty_final:
+                queue.put_nowait(_stream_response(response, final=False))
+                continue
+            if held is not None:
+                queue.put_nowait(_stream_response(held, final=False))
+            held = response
+        if held is None:
+            entry = self.dataplane.entry(name, version)
+            held = OipResponse(entry.name, entry.version, [], id=request.id)
+        queue.put_nowait(_stream_response(held, final=True))
+
+
+def _stream_response(response: OipResponse, final: bool) -> pb.ModelStreamInferResponse:
+    response.parameters[FINAL_RESPONSE] = final
+    return pb.ModelStreamInferResponse(infer_response=oip_pb.encode_infer_response(response))

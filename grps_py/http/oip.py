@@ -1,0 +1,236 @@
+"""The Open Inference Protocol over HTTP: /v2 health, metadata, config, infer and generate.
+
+Errors answer `{"error": msg}` with the status from the one error table. JSON is read whatever the
+Content-Type says (tritonclient's async client sends JSON as octet-stream); the binary tensor
+extension is recognised by its `Inference-Header-Content-Length` header.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import zlib
+from typing import Any
+
+import orjson
+from tornado.iostream import StreamClosedError
+
+from grps_py import status
+from grps_py.codecs import oip_json
+from grps_py.core.catalog import ModelEntry
+from grps_py.core.context import GrpsContext
+from grps_py.core.dataplane import OipDataplane
+from grps_py.core.errors import GrpsError, InvalidInput, PayloadTooLarge
+from grps_py.core.executor import Executor
+from grps_py.core.oip import OipRequest, OipResponse
+from grps_py.http.base import BaseHandler
+
+HEADER_LENGTH = "Inference-Header-Content-Length"
+MODEL = r"/v2/models/([^/]+)(?:/versions/([^/]+))?"
+_JSON = "application/json"
+_OCTET_STREAM = "application/octet-stream"
+_DECOMPRESSORS = {"gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}
+
+
+def tensor_metadata(entry: ModelEntry, which: str) -> list[dict[str, Any]]:
+    specs = entry.inputs if which == "inputs" else entry.outputs
+    return [
+        {"name": s.name, "datatype": s.datatype or "", "shape": list(s.shape) if s.shape is not None else []}
+        for s in specs
+    ]
+
+
+class OipHandler(BaseHandler):
+    """Common to the /v2 routes: the dataplane, `{"error": msg}` bodies, JSON answers."""
+
+    dataplane: OipDataplane
+
+    def initialize(
+        self,
+        executor: Executor,
+        dataplane: OipDataplane | None = None,
+        action: str = "live",
+        stream: bool = False,
+        **_: Any,
+    ) -> None:
+        """`action` is for the health route, `stream` for generate_stream."""
+        super().initialize(executor)
+        self.dataplane = dataplane or OipDataplane(executor)
+        self.action = action
+        self.stream = stream
+
+    def error_body(self, http_status: int, msg: str) -> bytes:
+        return oip_json.encode_error(msg)
+
+    def write_doc(self, doc: dict[str, Any], http_status: int = 200) -> None:
+        self.write_json(orjson.dumps(doc), http_status)
+
+
+class ServerMetadataHandler(OipHandler):
+    def get(self) -> None:
+        self.write_doc(self.dataplane.server_metadata())
+
+
+class HealthHandler(OipHandler):
+    """live: the process answers. ready: models loaded and the server online (503 otherwise)."""
+
+    def get(self) -> None:
+        if self.action == "live":
+            self.write_doc({"live": self.dataplane.is_live()})
+            return
+        ready = self.dataplane.is_ready()
+        self.write_doc({"ready": ready}, 200 if ready else 503)
+
+
+class ModelMetadataHandler(OipHandler):
+    def get(self, model: str, version: str | None = None) -> None:
+        entry, versions = self.dataplane.model_metadata(model, version or "")
+        self.write_doc(
+            {
+                "name": entry.name,
+                "versions": versions,
+                "platform": entry.platform,
+                "inputs": tensor_metadata(entry, "inputs"),
+                "outputs": tensor_metadata(entry, "outputs"),
+            }
+        )
+
+
+class ModelReadyHandler(OipHandler):
+    def get(self, model: str, version: str | None = None) -> None:
+        ready = self.dataplane.model_ready(model, version or "")
+        self.write_doc({"name": model, "ready": ready}, 200 if ready else 503)
+
+
+class ModelConfigHandler(OipHandler):
+    def get(self, model: str, version: str | None = None) -> None:
+        self.write_doc(self.dataplane.model_config(model, version or ""))
+
+
+class InferBase(OipHandler):
+    """Reads the (possibly compressed) body and cancels the request when the client goes away."""
+
+    _ctx: GrpsContext | None = None
+
+    def on_connection_close(self) -> None:
+        if self._ctx is not None:
+            self._ctx.cancel()
+
+    def body(self) -> bytes:
+        encoding = self.request.headers.get("Content-Encoding", "").strip().lower()
+        if encoding in ("", "identity"):
+            return self.request.body
+        wbits = _DECOMPRESSORS.get(encoding)
+        if wbits is None:
+            raise InvalidInput(f"unsupported Content-Encoding {encoding!r}; use gzip or deflate")
+        limit = self.executor.server_settings.interface.max_message_bytes
+        inflater = zlib.decompressobj(wbits)
+        try:
+            data = inflater.decompress(self.request.body, limit + 1)
+        except zlib.error as exc:
+            raise InvalidInput(f"the {encoding} body cannot be decompressed: {exc}") from None
+        if len(data) > limit:
+            raise PayloadTooLarge(f"the decompressed body exceeds {limit} bytes")
+        return data
+
+    def context(self, request: OipRequest, streaming: bool = False) -> GrpsContext:
+        self._ctx = self.dataplane.context(request, self.request_id, streaming=streaming)
+        return self._ctx
+
+    async def run(self, model: str, version: str | None, request: OipRequest) -> OipResponse | None:
+        """The response, or None when the client went away first."""
+        ctx = self.context(request)
+        task = asyncio.ensure_future(self.dataplane.infer(model, version or "", request, ctx))
+        ctx.on_cancel(task.cancel)
+        try:
+            return await task
+        except asyncio.CancelledError:
+            return None
+
+    def send(self, body: bytes, content_type: str) -> None:
+        """Compressed when the client asks for exactly one encoding, as tritonclient's
+        response_compression_algorithm does; the blanket "gzip, deflate" HTTP libraries send by
+        default is not read as a wish to spend CPU compressing tensors."""
+        accepted = self.request.headers.get("Accept-Encoding", "").strip().lower()
+        if accepted == "gzip":
+            body = gzip.compress(body, compresslevel=1)
+            self.set_header("Content-Encoding", "gzip")
+        elif accepted == "deflate":
+            body = zlib.compress(body, 1)
+            self.set_header("Content-Encoding", "deflate")
+        self.set_header("Content-Type", content_type)
+        self.finish(body)
+
+
+class InferHandler(InferBase):
+    async def post(self, model: str, version: str | None = None) -> None:
+        request = oip_json.decode_request(self.body(), self.request.headers.get(HEADER_LENGTH))
+        response = await self.run(model, version, request)
+        if response is None:
+            return
+        body, header_length = oip_json.encode_response(response, binary_outputs(request, response))
+        if header_length is None:
+            self.send(body, _JSON)
+            return
+        self.set_header(HEADER_LENGTH, str(header_length))
+        self.send(body, _OCTET_STREAM)
+
+
+def binary_outputs(request: OipRequest, response: OipResponse) -> set[str]:
+    """Outputs sent in binary: as each requested output says, else as the request-level flag says."""
+    chosen = {wanted.name: wanted.binary for wanted in request.outputs if wanted.binary is not None}
+    default = request.binary_output
+    return {t.name for t in response.outputs if chosen.get(t.name, default)}
+
+
+class GenerateHandler(InferBase):
+    """Triton's generate extension: named JSON values in, JSON out; `generate_stream` answers with
+    server-sent events, one per message the model streams."""
+
+    async def post(self, model: str, version: str | None = None) -> None:
+        entry = self.dataplane.entry(model, version or "")
+        specs = {s.name: (s.datatype, s.shape) for s in entry.inputs}
+        inputs, parameters, rid = oip_json.decode_generate(self.body(), specs)
+        request = OipRequest(inputs, id=rid, parameters=parameters)
+        if not self.stream:
+            response = await self.run(model, version, request)
+            if response is not None:
+                self.send(oip_json.encode_generate(response), _JSON)
+            return
+        await self.run_events(model, version or "", request)
+
+    async def run_events(self, model: str, version: str, request: OipRequest) -> None:
+        ctx = self.context(request, streaming=True)
+        started = False
+        try:
+            async for response in self.dataplane.infer_stream(model, version, request, ctx):
+                if not started:
+                    self.set_header("Content-Type", "text/event-stream")
+                    self.set_header("Cache-Control", "no-cache")
+                    started = True
+                self.write(b"data: " + oip_json.encode_generate(response) + b"\n\n")
+                await self.flush()
+        except (StreamClosedError, asyncio.CancelledError):
+            ctx.cancel()
+            return
+        except GrpsError as exc:
+            if not started:
+                raise
+            self.write(b"data: " + oip_json.encode_error(status.public_message(exc)) + b"\n\n")
+        if not self._finished:
+            self.finish()
+
+
+def oip_routes(executor: Executor) -> list[tuple[str, type[BaseHandler], dict[str, Any]]]:
+    base: dict[str, Any] = {"executor": executor, "dataplane": OipDataplane(executor)}
+    return [
+        (r"/v2/?", ServerMetadataHandler, base),
+        (r"/v2/health/live", HealthHandler, {**base, "action": "live"}),
+        (r"/v2/health/ready", HealthHandler, {**base, "action": "ready"}),
+        (MODEL + r"/?", ModelMetadataHandler, base),
+        (MODEL + r"/ready", ModelReadyHandler, base),
+        (MODEL + r"/config", ModelConfigHandler, base),
+        (MODEL + r"/infer", InferHandler, base),
+        (MODEL + r"/generate", GenerateHandler, {**base, "stream": False}),
+        (MODEL + r"/generate_stream", GenerateHandler, {**base, "stream": True}),
+    ]

@@ -1,0 +1,107 @@
+"""tritonclient over HTTP and over gRPC behind one small interface, for the OIP parity suite."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import tritonclient.grpc as tgrpc
+import tritonclient.http as thttp
+from tritonclient.utils import InferenceServerException
+
+from support import ServerThread
+
+# HTTP statuses and gRPC codes by the category both protocols must agree on.
+HTTP_CATEGORY = {400: "invalid", 404: "not_found", 500: "internal", 503: "unavailable", 504: "timeout"}
+GRPC_CATEGORY = {
+    "StatusCode.INVALID_ARGUMENT": "invalid",
+    "StatusCode.NOT_FOUND": "not_found",
+    "StatusCode.INTERNAL": "internal",
+    "StatusCode.UNAVAILABLE": "unavailable",
+    "StatusCode.DEADLINE_EXCEEDED": "timeout",
+}
+
+
+@dataclass
+class Answer:
+    outputs: dict[str, np.ndarray] = field(default_factory=dict)
+    id: str = ""
+    error: str = ""  # the category when the request failed
+    message: str = ""
+
+
+class OipClient:
+    """One protocol's tritonclient; `binary` picks HTTP's binary extension (gRPC is always raw)."""
+
+    def __init__(self, protocol: str, server: ServerThread, binary: bool = True) -> None:
+        self.protocol = protocol
+        self.binary = binary
+        self.mod: Any = thttp if protocol == "http" else tgrpc
+        url = server.http_url.removeprefix("http://") if protocol == "http" else server.grpc_target
+        self.client: Any = self.mod.InferenceServerClient(url=url)
+
+    def close(self) -> None:
+        self.client.close()
+
+    def inputs(self, arrays: dict[str, np.ndarray], datatypes: dict[str, str] | None = None) -> list[Any]:
+        made = []
+        for name, array in arrays.items():
+            datatype = (datatypes or {}).get(name) or datatype_for(array)
+            item = self.mod.InferInput(name, list(array.shape), datatype)
+            if self.protocol == "http":
+                item.set_data_from_numpy(array, binary_data=self.binary)
+            else:
+                item.set_data_from_numpy(array)
+            made.append(item)
+        return made
+
+    def requested(self, names: list[str] | None) -> list[Any] | None:
+        if names is None:
+            return None
+        if self.protocol == "http":
+            return [thttp.InferRequestedOutput(name, binary_data=self.binary) for name in names]
+        return [tgrpc.InferRequestedOutput(name) for name in names]
+
+    def infer(
+        self,
+        model: str,
+        arrays: dict[str, np.ndarray],
+        *,
+        version: str = "",
+        outputs: list[str] | None = None,
+        request_id: str = "",
+        parameters: dict[str, Any] | None = None,
+        datatypes: dict[str, str] | None = None,
+    ) -> Answer:
+        try:
+            result = self.client.infer(
+                model,
+                self.inputs(arrays, datatypes),
+                model_version=version,
+                outputs=self.requested(outputs),
+                request_id=request_id,
+                parameters=parameters,
+            )
+        except InferenceServerException as exc:
+            return Answer(error=self.category(exc), message=exc.message())
+        response = result.get_response()
+        if self.protocol == "http":
+            names = [o["name"] for o in response["outputs"]]
+            rid = response.get("id", "")
+        else:
+            names = [o.name for o in response.outputs]
+            rid = response.id
+        return Answer({name: result.as_numpy(name) for name in names}, rid)
+
+    def category(self, exc: InferenceServerException) -> str:
+        status = str(exc.status())
+        if self.protocol == "http":
+            return HTTP_CATEGORY.get(int(status), status)
+        return GRPC_CATEGORY.get(status, status)
+
+
+def datatype_for(array: np.ndarray) -> str:
+    from tritonclient.utils import np_to_triton_dtype
+
+    return str(np_to_triton_dtype(array.dtype))
