@@ -176,6 +176,10 @@ def test_aio_client_infer_and_stream(basic_server: ServerThread) -> None:
     async def run() -> tuple[list[int], list[str]]:
         client = tgrpc_aio.InferenceServerClient(basic_server.grpc_target)
         try:
+            assert await client.is_server_live() and await client.is_model_ready("identity")
+            assert (await client.get_server_metadata()).name == "grps-py"
+            assert (await client.get_model_metadata("versioned")).versions == ["9", "10"]
+            assert (await client.get_model_config("classifier_pt")).config.max_batch_size == 8
             x = tgrpc_aio.InferInput("x", [3], "INT16")
             x.set_data_from_numpy(np.array([1, 2, 3], np.int16))
             unary = (await client.infer("identity", [x])).as_numpy("x").tolist()

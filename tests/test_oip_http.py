@@ -107,6 +107,24 @@ def test_json_sent_as_octet_stream_is_read(v2: httpx.Client) -> None:
     assert reply.status_code == 200 and reply.json()["outputs"][0]["data"] == [5]
 
 
+def test_each_requested_output_picks_binary_or_json(basic_server: ServerThread) -> None:
+    client = thttp.InferenceServerClient(basic_server.http_url.removeprefix("http://"))
+    a, b = np.array([1.5, 2.5], np.float32), np.array([b"x", b"yz"], dtype=object)
+    inputs = [thttp.InferInput("a", [2], "FP32"), thttp.InferInput("b", [2], "BYTES")]
+    inputs[0].set_data_from_numpy(a)
+    inputs[1].set_data_from_numpy(b, binary_data=False)
+    outputs = [
+        thttp.InferRequestedOutput("a", binary_data=True),
+        thttp.InferRequestedOutput("b", binary_data=False),
+    ]
+    result = client.infer("identity", inputs, outputs=outputs)
+    by_name = {o["name"]: o for o in result.get_response()["outputs"]}
+    assert by_name["a"]["parameters"] == {"binary_data_size": 8} and "data" not in by_name["a"]
+    assert by_name["b"]["data"] == ["x", "yz"]
+    np.testing.assert_array_equal(result.as_numpy("a"), a)
+    client.close()
+
+
 def test_readiness_follows_the_online_flag(basic_server: ServerThread, v2: httpx.Client) -> None:
     assert v2.get("/health/ready").json() == {"ready": True}
     basic_server.server.executor.offline()
@@ -150,7 +168,15 @@ def test_aio_client(basic_server: ServerThread) -> None:
     async def run() -> np.ndarray:
         client = thttp_aio.InferenceServerClient(basic_server.http_url.removeprefix("http://"))
         try:
-            assert await client.is_server_ready()
+            assert await client.is_server_live() and await client.is_server_ready()
+            assert await client.is_model_ready("identity")
+            assert (await client.get_server_metadata())["name"] == "grps-py"
+            assert (await client.get_model_metadata("typed"))["inputs"][1] == {
+                "name": "b",
+                "datatype": "INT64",
+                "shape": [-1],
+            }
+            assert (await client.get_model_config("classifier_pt"))["max_batch_size"] == 8
             item = thttp_aio.InferInput("x", [2], "FP64")
             item.set_data_from_numpy(np.array([1.5, 2.5]))
             result = await client.infer("identity", [item])

@@ -40,6 +40,7 @@ from grps_py.codecs.grps_pb import (
     string_values,
     tensor_label,
 )
+from grps_py.codecs.json_values import expect_list, expect_object, expect_str, load
 from grps_py.core.errors import InvalidInput
 from grps_py.core.types import (
     DTYPE_BY_FLAT_FIELD,
@@ -101,12 +102,9 @@ def decode_request(body: bytes) -> tuple[Payload, str]:
 
     Anything malformed raises `InvalidInput` with a message meant for the client.
     """
-    try:
-        document = orjson.loads(body)
-    except orjson.JSONDecodeError as exc:
-        raise InvalidInput(f"request body is not valid JSON: {exc}") from exc
+    document = load(body, "request body is not valid JSON")
     fields = _known_fields(document, _MESSAGE_FIELDS, "the request")
-    model = _expect_str(fields.get("model", ""), "model")
+    model = expect_str(fields.get("model", ""), "model")
     data_fields = [name for name in fields if name in _DATA_DECODERS]
     if len(data_fields) > 1:
         raise InvalidInput(f"the request sets {' and '.join(data_fields)}; set only one data field")
@@ -119,7 +117,7 @@ def _known_fields(value: Any, aliases: dict[str, str], where: str) -> dict[str, 
     """An object's fields under their proto names. Unknown or repeated fields are refused; null is absent."""
     fields: dict[str, Any] = {}
     seen: set[str] = set()
-    for key, field_value in _expect_object(value, where).items():
+    for key, field_value in expect_object(value, where).items():
         name = aliases.get(key)
         if name is None:
             raise InvalidInput(f"unknown field '{key[:40]}' in {where}")
@@ -131,27 +129,9 @@ def _known_fields(value: Any, aliases: dict[str, str], where: str) -> dict[str, 
     return fields
 
 
-def _expect_object(value: Any, where: str) -> dict[str, Any]:
-    if not isinstance(value, dict):
-        raise InvalidInput(f"{where} must be a JSON object")
-    return value
-
-
-def _expect_list(value: Any, where: str) -> list[Any]:
-    if not isinstance(value, list):
-        raise InvalidInput(f"{where} must be a JSON array")
-    return value
-
-
-def _expect_str(value: Any, where: str) -> str:
-    if not isinstance(value, str):
-        raise InvalidInput(f"{where} must be a string")
-    return value
-
-
 def _decode_base64(value: Any, where: str) -> bytes:
     """Standard or URL-safe base64, padding optional (as proto3 JSON parsers accept)."""
-    text = _expect_str(value, where).translate(_URLSAFE_TO_STANDARD)
+    text = expect_str(value, where).translate(_URLSAFE_TO_STANDARD)
     try:
         return base64.b64decode(text + "=" * (-len(text) % 4), validate=True)
     except ValueError as exc:
@@ -163,19 +143,19 @@ def _decode_bin_data(value: Any) -> Payload:
 
 
 def _decode_str_data(value: Any) -> Payload:
-    return Payload.of_text(_expect_str(value, "str_data"))
+    return Payload.of_text(expect_str(value, "str_data"))
 
 
 def _decode_gtensors(value: Any) -> Payload:
     fields = _known_fields(value, _GTENSORS_FIELDS, "gtensors")
-    items = _expect_list(fields.get("tensors", []), "gtensors.tensors")
+    items = expect_list(fields.get("tensors", []), "gtensors.tensors")
     return Payload.of_tensors([_decode_tensor(item, index) for index, item in enumerate(items)])
 
 
 def _decode_tensor(item: Any, index: int) -> Tensor:
     where = f"gtensors.tensors[{index}]"
     fields = _known_fields(item, _TENSOR_FIELDS, where)
-    name = _expect_str(fields.get("name", ""), f"{where}.name")
+    name = expect_str(fields.get("name", ""), f"{where}.name")
     label = tensor_label(name, index)
     info = dtype_info(_dtype_number(fields.get("dtype", 0), label), label)
     shape = _decode_shape(fields.get("shape", []), label)
@@ -207,7 +187,7 @@ def _decode_flat(fields: dict[str, Any], info: DTypeInfo, label: str) -> Array:
     populated = [
         name
         for name in DTYPE_BY_FLAT_FIELD
-        if name in fields and _expect_list(fields[name], f"{label}: {name}")
+        if name in fields and expect_list(fields[name], f"{label}: {name}")
     ]
     check_flat_fields(populated, info, label)
     values = fields.get(info.flat_field, [])
@@ -302,7 +282,7 @@ def _decode_gmap(value: Any) -> Payload:
     gmap: GenericMap = {name: {} for name in GMAP_FIELDS}
     for name, entries in _known_fields(value, _GMAP_NAMES, "gmap").items():
         decode_value = _GMAP_VALUE_DECODERS[name]
-        items = _expect_object(entries, f"gmap.{name}").items()
+        items = expect_object(entries, f"gmap.{name}").items()
         gmap[name] = {key: decode_value(item, f"gmap.{name}['{key[:40]}']") for key, item in items}
     return Payload.of_map(gmap)
 
@@ -313,7 +293,7 @@ def _scalar_decoder(info: DTypeInfo) -> Callable[[Any, str], Any]:
 
 
 _GMAP_VALUE_DECODERS: dict[str, Callable[[Any, str], Any]] = {
-    "s_s": _expect_str,
+    "s_s": expect_str,
     "s_b": _decode_base64,
     "s_i32": _scalar_decoder(_INT32),
     "s_i64": _scalar_decoder(_INT64),

@@ -6,7 +6,7 @@ from typing import Any
 
 import orjson
 
-from grps_py.codecs import grps_json
+from grps_py.codecs import grps_json, json_values
 from grps_py.core.config import StreamingCtrl
 from grps_py.core.context import GrpsContext
 from grps_py.core.errors import InvalidInput
@@ -61,10 +61,7 @@ class PredictHandler(PredictBase):
         return payload, model, streaming
 
     def _pop_body_flag(self, body: bytes) -> tuple[bytes, bool]:
-        try:
-            doc = orjson.loads(body)
-        except orjson.JSONDecodeError as exc:
-            raise InvalidInput(f"malformed JSON: {exc}") from None
+        doc = json_values.load(body)
         if not isinstance(doc, dict) or self.ctrl.ctrl_key not in doc:
             return body, False
         flag = is_true(doc.pop(self.ctrl.ctrl_key))

@@ -16,7 +16,7 @@ import orjson
 from tornado.iostream import StreamClosedError
 
 from grps_py import status
-from grps_py.codecs import oip_json
+from grps_py.codecs import oip_generate, oip_json
 from grps_py.core.catalog import ModelEntry
 from grps_py.core.context import GrpsContext
 from grps_py.core.dataplane import OipDataplane
@@ -190,12 +190,12 @@ class GenerateHandler(InferBase):
     async def post(self, model: str, version: str | None = None) -> None:
         entry = self.dataplane.entry(model, version or "")
         specs = {s.name: (s.datatype, s.shape) for s in entry.inputs}
-        inputs, parameters, rid = oip_json.decode_generate(self.body(), specs)
+        inputs, parameters, rid = oip_generate.decode_generate(self.body(), specs)
         request = OipRequest(inputs, id=rid, parameters=parameters)
         if not self.stream:
             response = await self.run(model, version, request)
             if response is not None:
-                self.send(oip_json.encode_generate(response), _JSON)
+                self.send(oip_generate.encode_generate(response), _JSON)
             return
         await self.run_events(model, version or "", request)
 
@@ -208,7 +208,7 @@ class GenerateHandler(InferBase):
                     self.set_header("Content-Type", "text/event-stream")
                     self.set_header("Cache-Control", "no-cache")
                     started = True
-                self.write(b"data: " + oip_json.encode_generate(response) + b"\n\n")
+                self.write(b"data: " + oip_generate.encode_generate(response) + b"\n\n")
                 await self.flush()
         except (StreamClosedError, asyncio.CancelledError):
             ctx.cancel()

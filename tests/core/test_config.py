@@ -25,6 +25,7 @@ from grps_py.core.config import (
     parse_server_settings,
 )
 from grps_py.core.errors import ConfigError
+from grps_py.core.signature import TensorSpec
 
 SERVER_YML = """
 interface:
@@ -405,6 +406,38 @@ INFERENCE_ERRORS = [
         "-1",
         id="timeout-neg",
     ),
+    pytest.param("models.0.inputs", "x", "models[0].inputs", "'x'", id="inputs-not-list"),
+    pytest.param(
+        "models.0.inputs",
+        [{"name": "x", "datatype": "FP99"}],
+        "models[0].inputs[0].datatype",
+        "'FP99'",
+        id="bad-datatype",
+    ),
+    pytest.param(
+        "models.0.inputs", [{"name": "x"}], "models[0].inputs[0].datatype", "missing", id="no-datatype"
+    ),
+    pytest.param(
+        "models.0.outputs",
+        [{"name": "y", "datatype": "FP32", "shape": [-2]}],
+        "models[0].outputs[0].shape",
+        "[-2]",
+        id="bad-shape",
+    ),
+    pytest.param(
+        "models.0.inputs",
+        [{"name": "x", "datatype": "FP32"}, {"name": "x", "datatype": "INT8"}],
+        "models[0].inputs[1].name",
+        "'x'",
+        id="duplicate-input",
+    ),
+    pytest.param(
+        "models.0.inputs",
+        [{"name": "x", "datatype": "FP32", "dims": [1]}],
+        "models[0].inputs[0].dims",
+        "unknown key",
+        id="tensor-unknown-key",
+    ),
     pytest.param("models", [], "models", "[]", id="empty-models"),
     pytest.param("models", DELETE, "models", "missing", id="no-models"),
     pytest.param("models.1", "custom", "models[1]", "'custom'", id="model-not-mapping"),
@@ -429,6 +462,18 @@ def test_inference_errors(where: str, value: object, key: str, shown: str, proje
         load_inference_settings(path, project)
     message = str(info.value)
     assert str(path) in message and f": {key}: " in message and shown in message
+
+
+def test_declared_tensors(project: Path) -> None:
+    data = yaml.safe_load(INFERENCE_YML)
+    data["models"][0]["inputs"] = [
+        {"name": "x", "datatype": "FP32", "shape": [-1, 4]},
+        {"name": "t", "datatype": "BYTES"},
+    ]
+    data["models"][0]["outputs"] = [{"name": "y", "datatype": "BF16", "shape": []}]
+    model = parse_inference_settings(data, "inference.yml", project).models[0]
+    assert model.inputs == (TensorSpec("x", "FP32", (-1, 4)), TensorSpec("t", "BYTES", None))
+    assert model.outputs == (TensorSpec("y", "BF16", ()),)
 
 
 def test_duplicate_model(project: Path) -> None:
