@@ -22,6 +22,22 @@ GRPC_CATEGORY = {
     "StatusCode.DEADLINE_EXCEEDED": "timeout",
 }
 
+# The typed `InferTensorContents` field each datatype travels in (FP16 and BF16 travel only raw).
+CONTENTS_FIELD = {
+    "BOOL": "bool_contents",
+    "UINT8": "uint_contents",
+    "UINT16": "uint_contents",
+    "UINT32": "uint_contents",
+    "UINT64": "uint64_contents",
+    "INT8": "int_contents",
+    "INT16": "int_contents",
+    "INT32": "int_contents",
+    "INT64": "int64_contents",
+    "FP32": "fp32_contents",
+    "FP64": "fp64_contents",
+    "BYTES": "bytes_contents",
+}
+
 
 @dataclass
 class Answer:

@@ -143,6 +143,15 @@ def test_stream_infer_with_an_empty_final_response(client: tgrpc.InferenceServer
     assert all(result.get_response().id == "s1" for result, _ in items)
 
 
+def test_grps_message_streams_become_bytes_outputs(client: tgrpc.InferenceServerClient) -> None:
+    """A converter-none model streams GrpsMessages (str_data here): each is one BYTES output."""
+    x = tgrpc.InferInput("n", [1], "INT32")
+    x.set_data_from_numpy(np.array([0], np.int32))
+    items = collect(client, lambda: client.async_stream_infer("stream", [x]), 3)
+    chunks = [result.as_numpy("output").reshape(-1)[0].decode() for result, _ in items]
+    assert chunks == ["chunk 0", "chunk 1", "chunk 2"]
+
+
 def test_stream_errors_are_messages_and_the_stream_goes_on(client: tgrpc.InferenceServerClient) -> None:
     def send() -> None:
         client.async_stream_infer("nope", [text_input("x")])

@@ -32,6 +32,7 @@ from grps_py.core.signature import TensorSpec
 from grps_py.core.types import Tensor
 from grps_py.protos import open_inference_pb2 as ours
 from grps_py.protos import open_inference_pb2_grpc as ours_grpc
+from oip_clients import CONTENTS_FIELD
 
 Array = np.ndarray[Any, Any]
 RPCS = [
@@ -67,20 +68,6 @@ ARRAYS: dict[str, Array] = {
     "FP64": np.array([1e-300, 1.7e308, -0.0], dtype=np.float64),
     "BYTES": bytes_array([b"", b"\x00\xff", "日本語".encode(), b"x" * 300], (2, 2)),
     "BF16": np.array([1.0, -2.5, 3.0e38], dtype=ml_dtypes.bfloat16),
-}
-TYPED_FIELD = {
-    "BOOL": "bool_contents",
-    "UINT8": "uint_contents",
-    "UINT16": "uint_contents",
-    "UINT32": "uint_contents",
-    "UINT64": "uint64_contents",
-    "INT8": "int_contents",
-    "INT16": "int_contents",
-    "INT32": "int_contents",
-    "INT64": "int64_contents",
-    "FP32": "fp32_contents",
-    "FP64": "fp64_contents",
-    "BYTES": "bytes_contents",
 }
 
 
@@ -348,12 +335,12 @@ def test_tritonclient_request_with_every_datatype_at_once() -> None:
     assert request.parameters == {"priority": 3, "timeout": 1000, "flag": True, "text": "t", "count": -5}
 
 
-@pytest.mark.parametrize("datatype", sorted(TYPED_FIELD))
+@pytest.mark.parametrize("datatype", sorted(CONTENTS_FIELD))
 def test_triton_typed_contents_decode(datatype: str) -> None:
     array = ARRAYS[datatype]
     msg = theirs.ModelInferRequest(model_name="m")
     tensor = msg.inputs.add(name="x", datatype=datatype, shape=array.shape)
-    getattr(tensor.contents, TYPED_FIELD[datatype]).extend(array.ravel().tolist())
+    getattr(tensor.contents, CONTENTS_FIELD[datatype]).extend(array.ravel().tolist())
     (decoded,) = oip_pb.decode_infer_request(
         ours.ModelInferRequest.FromString(msg.SerializeToString())
     ).inputs

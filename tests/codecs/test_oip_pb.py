@@ -21,6 +21,7 @@ from grps_py.core.oip import OipResponse, RequestedOutput
 from grps_py.core.signature import TensorSpec
 from grps_py.core.types import Tensor
 from grps_py.protos import open_inference_pb2 as pb
+from oip_clients import CONTENTS_FIELD
 
 Array = np.ndarray[Any, Any]
 
@@ -46,20 +47,6 @@ ARRAYS: dict[str, Array] = {
     "FP64": np.array([0.1, 1e-300, 1.7e308, -np.inf, np.nan], dtype=np.float64),
     "BYTES": objects([b"", b"\x00\xff\x01", "héllo".encode(), "日本語 😀".encode()], (2, 2)),
     "BF16": np.array([1.0, -2.5, 3.0e38, -np.inf, 0.0078125], dtype=ml_dtypes.bfloat16),
-}
-CONTENTS_FIELD = {
-    "BOOL": "bool_contents",
-    "UINT8": "uint_contents",
-    "UINT16": "uint_contents",
-    "UINT32": "uint_contents",
-    "UINT64": "uint64_contents",
-    "INT8": "int_contents",
-    "INT16": "int_contents",
-    "INT32": "int_contents",
-    "INT64": "int64_contents",
-    "FP32": "fp32_contents",
-    "FP64": "fp64_contents",
-    "BYTES": "bytes_contents",
 }
 
 
