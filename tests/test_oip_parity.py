@@ -51,12 +51,13 @@ def same(got: np.ndarray, want: np.ndarray) -> bool:
     return got.dtype == want.dtype and got.shape == want.shape and np.array_equal(got, want)
 
 
+@pytest.mark.parametrize("model", ["identity", "identity_torch"])  # numpy and torch converters
 @pytest.mark.parametrize("datatype", list(EVERY_DATATYPE))
-def test_every_datatype_round_trips(oip: OipClient, datatype: str) -> None:
+def test_every_datatype_round_trips(oip: OipClient, datatype: str, model: str) -> None:
     array = EVERY_DATATYPE[datatype]
     if datatype == "BF16" and not oip.binary:
         pytest.skip("BF16 travels only as binary data")
-    answer = oip.infer("identity", {"x": array}, datatypes={"x": datatype}, outputs=["x"])
+    answer = oip.infer(model, {"x": array}, datatypes={"x": datatype}, outputs=["x"])
     assert not answer.error, answer.message
     assert same(answer.outputs["x"], array)
 

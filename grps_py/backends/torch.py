@@ -16,6 +16,7 @@ import warnings
 from collections.abc import Mapping
 from typing import Any
 
+import ml_dtypes
 import numpy as np
 import torch
 
@@ -28,6 +29,7 @@ from grps_py.core.model import ModelInferer, NumpyConverter
 logger = logging.getLogger(__name__)
 
 ORIGINAL = "original"
+BFLOAT16 = np.dtype(ml_dtypes.bfloat16)
 # numpy kinds torch cannot hold: strings stay numpy (torch has no string tensors).
 _NON_TENSOR_KINDS = frozenset("OUSV")
 
@@ -56,10 +58,16 @@ def to_torch(value: Any, device: str) -> Any:
     """
     if isinstance(value, torch.Tensor):
         return value.to(device)  # a no-op when it is already there
-    if not isinstance(value, np.ndarray) or value.dtype.kind in _NON_TENSOR_KINDS:
+    if not isinstance(value, np.ndarray) or (
+        value.dtype.kind in _NON_TENSOR_KINDS and value.dtype != BFLOAT16
+    ):
         return value
     if any(stride < 0 for stride in value.strides):  # torch cannot view negative strides
         value = np.ascontiguousarray(value)
+    if not value.flags.writeable:
+        _allow_readonly_numpy()
+    if value.dtype == BFLOAT16:  # numpy's bfloat16 comes from ml_dtypes; torch reads its bits
+        return torch.from_numpy(value.view(np.int16)).view(torch.bfloat16).to(device)
     try:
         tensor = torch.from_numpy(value)
     except (TypeError, ValueError) as exc:
@@ -73,8 +81,8 @@ def to_numpy_array(value: Any) -> Any:
     """A tensor as a numpy array on the host; anything else as numpy via np.asarray."""
     if isinstance(value, torch.Tensor):
         tensor = value.detach()
-        if tensor.dtype == torch.bfloat16:  # numpy has no bfloat16
-            tensor = tensor.float()
+        if tensor.dtype == torch.bfloat16:  # numpy has no bfloat16 of its own: ml_dtypes' holds the bits
+            return tensor.view(torch.int16).cpu().numpy().view(BFLOAT16)
         return tensor.cpu().numpy()
     return value if isinstance(value, np.ndarray) else np.asarray(value)
 

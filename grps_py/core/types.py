@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+import ml_dtypes
 import numpy as np
 
 if TYPE_CHECKING:
@@ -49,6 +50,7 @@ _NUMPY_WIDENING: dict[np.dtype[Any], np.dtype[Any]] = {
     np.dtype(np.uint16): np.dtype(np.int32),
     np.dtype(np.uint32): np.dtype(np.int64),
     np.dtype(np.uint64): np.dtype(np.int64),
+    np.dtype(ml_dtypes.bfloat16): np.dtype(np.float32),
 }
 _DTYPE_BY_NUMPY: dict[np.dtype[Any], DTypeInfo] = {d.numpy_dtype: d for d in DTYPES}
 

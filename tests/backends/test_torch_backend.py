@@ -6,6 +6,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
+import ml_dtypes
 import numpy as np
 import pytest
 import torch
@@ -297,13 +298,15 @@ def test_converter_round_trip_through_payload(inferer: TorchInferer, x: np.ndarr
     np.testing.assert_allclose(out.tensors[0].data, reference(x, weights), rtol=1e-5, atol=1e-7)
 
 
-def test_converter_keeps_strings_as_numpy_and_converts_bfloat16() -> None:
+def test_converter_keeps_strings_as_numpy_and_bfloat16_exact() -> None:
     converter = TorchConverter()
     strings = np.array(["a", "b"], dtype=object)
     assert converter.to_model(strings) is strings
     converted = converter.from_model(torch.tensor([1.5, 2.0], dtype=torch.bfloat16))
-    assert converted.dtype == np.float32
-    np.testing.assert_array_equal(converted, [1.5, 2.0])
+    assert converted.dtype == np.dtype(ml_dtypes.bfloat16)  # exact: the OIP BF16 datatype
+    np.testing.assert_array_equal(converted.astype(np.float32), [1.5, 2.0])
+    back = converter.to_model(converted)
+    assert back.dtype == torch.bfloat16 and back.tolist() == [1.5, 2.0]
     assert converter.device == "cpu"
 
 

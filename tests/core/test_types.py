@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -17,6 +18,7 @@ from grps_py.core.types import DTYPE_BY_NAME, PayloadKind, dtype_for_array
         (np.array([70000], dtype=np.uint32), "DT_INT64", np.int64),
         (np.array(["a", "bc"]), "DT_STRING", object),
         (np.array([1], dtype=np.int16), "DT_INT16", np.int16),
+        (np.array([1.5], dtype=ml_dtypes.bfloat16), "DT_FLOAT32", np.float32),  # grps has no bfloat16
     ],
 )
 def test_dtype_for_array(array: np.ndarray, grps_name: str, numpy_dtype: type) -> None:
