@@ -44,7 +44,7 @@ def test_concurrent_predictions_are_bounded_by_max_concurrency(basic_server: Ser
 
     with ThreadPoolExecutor(12) as pool:
         assert set(pool.map(one, range(12))) == {200}
-    # basic's server.yml sets max_concurrency 8: more than one ran at once, never more than eight.
+    # probe has 12 instances and server.yml sets max_concurrency 8: several ran at once, never more than 8.
     assert 1 < probe_cls.peak <= 8
 
 

@@ -24,6 +24,7 @@ from onnxruntime.capi.onnxruntime_pybind11_state import Fail, InvalidArgument
 
 from grps_py.backends import short_error
 from grps_py.backends.devices import cuda_index, is_cuda, normalize_device, visible_cuda_count
+from grps_py.core.batch_merge import merge_batch, split_batch
 from grps_py.core.context import GrpsContext
 from grps_py.core.errors import InvalidInput, ModelLoadError
 from grps_py.core.model import ModelInferer
@@ -271,26 +272,9 @@ def describe_arg(arg: Any) -> dict[str, Any]:
 
 def concat_feeds(feeds: list[dict[str, np.ndarray[Any, Any]]]) -> tuple[dict[str, Any], list[int]] | None:
     """Concatenate checked feeds along axis 0; None when their batch sizes or trailing dims disagree."""
-    sizes: list[int] = []
-    for feed in feeds:
-        firsts = {array.shape[0] if array.ndim else -1 for array in feed.values()}
-        if len(firsts) != 1 or -1 in firsts:
-            return None
-        sizes.append(firsts.pop())
-    merged: dict[str, Any] = {}
-    for name in feeds[0]:
-        column = [feed[name] for feed in feeds]
-        if len({array.shape[1:] for array in column}) != 1:
-            return None
-        merged[name] = np.concatenate(column, axis=0)
-    return merged, sizes
+    return merge_batch(feeds)
 
 
 def split_outputs(outputs: dict[str, np.ndarray[Any, Any]], sizes: list[int]) -> list[Any] | None:
     """Split each batched output back per request; None when an output has no matching batch dim."""
-    total = sum(sizes)
-    if any(np.ndim(value) == 0 or len(value) != total for value in outputs.values()):
-        return None
-    cuts = np.cumsum(sizes)[:-1]
-    columns = {name: np.split(value, cuts, axis=0) for name, value in outputs.items()}
-    return [{name: column[i] for name, column in columns.items()} for i in range(len(sizes))]
+    return split_batch(outputs, sizes)

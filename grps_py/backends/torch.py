@@ -22,6 +22,7 @@ import torch
 
 from grps_py.backends import short_error
 from grps_py.backends.devices import normalize_device
+from grps_py.core.batch_merge import TensorOps, merge_batch, split_batch
 from grps_py.core.context import GrpsContext
 from grps_py.core.errors import InvalidInput, ModelLoadError
 from grps_py.core.model import ModelInferer, NumpyConverter
@@ -233,22 +234,12 @@ def _unknown_tensor(name: str) -> dict[str, Any]:
 
 # -- batching ----------------------------------------------------------------------------------
 
-
-def _batch_leaves(x: Any) -> tuple[Any, list[torch.Tensor]] | None:
-    """One input's structure key and tensors, or None when it is not a batch of tensors."""
-    key: tuple[Any, ...]
-    if isinstance(x, dict):
-        names = tuple(sorted(x))
-        key, values = ("dict", names), [x[name] for name in names]
-    elif isinstance(x, list):
-        key, values = ("list", len(x)), x
-    else:
-        key, values = ("one",), [x]
-    if not values or not all(isinstance(v, torch.Tensor) and v.dim() > 0 for v in values):
-        return None
-    if len({v.shape[0] for v in values}) != 1:  # every tensor of one request shares its batch size
-        return None
-    return key, values
+TORCH_OPS = TensorOps(
+    is_tensor=lambda v: isinstance(v, torch.Tensor) and v.dim() > 0,
+    trailing=lambda v: (tuple(v.shape[1:]), v.dtype, v.device),
+    concat=lambda column: torch.cat(column, dim=0),
+    split=lambda v, rows: list(torch.split(v, rows, dim=0)),
+)
 
 
 def concat_inputs(items: list[Any]) -> tuple[Any, list[int]] | None:
@@ -256,45 +247,12 @@ def concat_inputs(items: list[Any]) -> tuple[Any, list[int]] | None:
 
     Returns the merged input and each item's batch size, or None when the items do not fit together.
     """
-    parsed = [_batch_leaves(x) for x in items]
-    if any(p is None for p in parsed):
-        return None
-    leaves = [p for p in parsed if p is not None]
-    key = leaves[0][0]
-    if any(p[0] != key for p in leaves):
-        return None
-    columns = list(zip(*(p[1] for p in leaves), strict=True))
-    if any(len({(t.shape[1:], t.dtype, t.device) for t in column}) != 1 for column in columns):
-        return None
-    merged = [torch.cat(column, dim=0) for column in columns]
-    sizes = [int(p[1][0].shape[0]) for p in leaves]
-    if key[0] == "dict":
-        return dict(zip(key[1], merged, strict=True)), sizes
-    return (merged if key[0] == "list" else merged[0]), sizes
+    return merge_batch(items, TORCH_OPS)
 
 
 def split_outputs(out: Any, sizes: list[int]) -> list[Any] | None:
     """Split a batched output (tensor, tuple/list or dict of them) back per item; None if it cannot be."""
-    if isinstance(out, torch.Tensor):
-        if out.dim() == 0 or out.shape[0] != sum(sizes):
-            return None
-        return list(torch.split(out, sizes, dim=0))
-    if isinstance(out, Mapping):
-        names = list(out)
-        columns = [split_outputs(out[name], sizes) for name in names]
-        if any(c is None for c in columns):
-            return None
-        return [
-            {name: c[i] for name, c in zip(names, columns, strict=True) if c is not None}
-            for i in range(len(sizes))
-        ]
-    if isinstance(out, (list, tuple)) and out:
-        parts = [split_outputs(value, sizes) for value in out]
-        if any(p is None for p in parts):
-            return None
-        rebuild = tuple if isinstance(out, tuple) else list
-        return [rebuild(p[i] for p in parts if p is not None) for i in range(len(sizes))]
-    return None
+    return split_batch(out, sizes, TORCH_OPS)
 
 
 class TorchConverter(NumpyConverter):
@@ -318,3 +276,9 @@ class TorchConverter(NumpyConverter):
 
     def from_model(self, data: Any) -> Any:
         return to_numpy_array(data)
+
+    def merge_batch(self, items: list[Any]) -> tuple[Any, list[int]] | None:
+        return merge_batch(items, TORCH_OPS)
+
+    def split_batch(self, out: Any, rows: list[int]) -> list[Any] | None:
+        return split_batch(out, rows, TORCH_OPS)

@@ -74,11 +74,24 @@ class ServerSettings:
     source: str = "<server.yml>"
 
 
+DEFAULT_MAX_QUEUE_SIZE = 1024
+
+
 @dataclass(frozen=True)
 class BatchingSettings:
     type: str = "none"  # none | dynamic
-    max_batch_size: int = 16
-    batch_timeout_us: int = 1000
+    max_batch_size: int = 16  # rows along dim 0
+    batch_timeout_us: int = 1000  # counted from the oldest request waiting
+    preferred_batch_size: tuple[int, ...] = ()  # send as soon as a batch reaches one of these sizes
+    max_queue_size: int = DEFAULT_MAX_QUEUE_SIZE  # requests waiting for the model (batched or not)
+
+
+@dataclass(frozen=True)
+class WarmupSettings:
+    kind: str = "zeros"  # zeros | random | file
+    batch_size: int = 1
+    count: int = 1
+    file: Path | None = None  # kind file: an .npz with one array per input name
 
 
 @dataclass(frozen=True)
@@ -98,6 +111,13 @@ class ModelSettings:
     batching: BatchingSettings = field(default_factory=BatchingSettings)
     inputs: tuple[TensorSpec, ...] = ()  # declared tensors (OIP datatypes, -1 for a variable dim)
     outputs: tuple[TensorSpec, ...] = ()
+    instances: int = 1  # worker instances (per device when `devices` is given)
+    devices: tuple[int, ...] = ()  # GPU indices: `instances` instances on each
+    default_timeout_us: int = 0  # 0: no timeout unless the request sets one
+    priority_levels: int = 1
+    default_priority_level: int = 1  # 1 is the highest
+    priority_aging_us: int = 100_000  # a waiting request moves up one level per this much waiting
+    warmup: WarmupSettings | None = None
     index: int = 0  # position in `models`, for error messages
 
     @property
@@ -150,9 +170,18 @@ _MODEL_KEYS = (
     "batching",
     "inputs",
     "outputs",
+    "instances",
+    "devices",
+    "default_timeout_us",
+    "priority_levels",
+    "default_priority_level",
+    "priority_aging_us",
+    "warmup",
 )
+_WARMUP_KEYS = ("kind", "batch_size", "count", "file")
+_WARMUP_KINDS = ("zeros", "random", "file")
 _TENSOR_KEYS = ("name", "datatype", "shape")
-_BATCHING_KEYS = ("type", "max_batch_size", "batch_timeout_us")
+_BATCHING_KEYS = ("type", "max_batch_size", "batch_timeout_us", "preferred_batch_size", "max_queue_size")
 _DAG_KEYS = ("type", "name", "nodes")
 _NODE_KEYS = ("name", "type", "model", "inputs")
 
@@ -505,7 +534,45 @@ def _parse_model(fields: _Fields, index: int, project_dir: Path) -> ModelSetting
         batching=_parse_batching(fields.section("batching", _BATCHING_KEYS)),
         inputs=_parse_tensors(fields, "inputs"),
         outputs=_parse_tensors(fields, "outputs"),
+        **_parse_scheduling(fields, project_dir),
         index=index,
+    )
+
+
+def _parse_scheduling(fields: _Fields, project_dir: Path) -> dict[str, Any]:
+    """Instances, timeouts, priorities and warmup (Triton's instance_group, queue policy, warmup)."""
+    defaults = ModelSettings(name="", version="", inferer_type="customized")
+    levels = fields.integer("priority_levels", defaults.priority_levels, 1)
+    default_level = fields.integer("default_priority_level", defaults.default_priority_level, 1)
+    if default_level > levels:
+        fields.fail("default_priority_level", default_level, f"a level from 1 to priority_levels ({levels})")
+    warmup = None
+    if fields.get("warmup") is not None:
+        warmup = _parse_warmup(fields.section("warmup", _WARMUP_KEYS), project_dir)
+        if warmup.kind != "file" and not fields.get("inputs"):
+            fields.fail("warmup", warmup.kind, "kind 'file', or declared `inputs` to build samples from")
+    return {
+        "instances": fields.integer("instances", defaults.instances, 1),
+        "devices": fields.int_list("devices", 0),
+        "default_timeout_us": fields.integer("default_timeout_us", defaults.default_timeout_us, 0),
+        "priority_levels": levels,
+        "default_priority_level": default_level,
+        "priority_aging_us": fields.integer("priority_aging_us", defaults.priority_aging_us, 1),
+        "warmup": warmup,
+    }
+
+
+def _parse_warmup(fields: _Fields, project_dir: Path) -> WarmupSettings:
+    defaults = WarmupSettings()
+    kind = fields.opt_text("kind", _WARMUP_KINDS) or defaults.kind
+    path = fields.file_path(
+        "file", project_dir, "to an .npz file when kind is 'file'" if kind == "file" else None
+    )
+    return WarmupSettings(
+        kind=kind,
+        batch_size=fields.integer("batch_size", defaults.batch_size, 1),
+        count=fields.integer("count", defaults.count, 1),
+        file=path,
     )
 
 
@@ -550,10 +617,18 @@ def _parse_inferer_type(fields: _Fields) -> str:
 
 def _parse_batching(fields: _Fields) -> BatchingSettings:
     defaults = BatchingSettings()
+    max_batch_size = fields.integer("max_batch_size", defaults.max_batch_size, 1)
+    preferred = fields.int_list("preferred_batch_size", 1)
+    if any(size > max_batch_size for size in preferred):
+        fields.fail(
+            "preferred_batch_size", list(preferred), f"sizes from 1 to max_batch_size ({max_batch_size})"
+        )
     return BatchingSettings(
         type=fields.opt_text("type", _BATCHING_TYPES) or defaults.type,
-        max_batch_size=fields.integer("max_batch_size", defaults.max_batch_size, 1),
+        max_batch_size=max_batch_size,
         batch_timeout_us=fields.integer("batch_timeout_us", defaults.batch_timeout_us, 0),
+        preferred_batch_size=tuple(sorted(set(preferred))),
+        max_queue_size=fields.integer("max_queue_size", defaults.max_queue_size, 1),
     )
 
 

@@ -60,8 +60,10 @@ class GrpsContext:
         deadline_s: float | None = None,
         request_id: str = "",
         parameters: dict[str, Any] | None = None,
+        priority: int = 0,
     ) -> None:
         self.request_id = request_id
+        self.priority = priority  # 1 is the highest level; 0 takes the model's default
         # Request parameters (OIP `parameters`): str, int, float or bool values by name.
         self.parameters: dict[str, Any] = dict(parameters or {})
         self._streaming = streaming

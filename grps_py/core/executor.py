@@ -16,7 +16,10 @@ from grps_py.core.context import STREAM_END
 from grps_py.core.dag import Dag
 from grps_py.core.errors import InvalidInput, ModelNotFound, ModelNotReady
 from grps_py.core.node import ModelNode
+from grps_py.core.observer import ModelStats, SchedulerObserver
+from grps_py.core.scheduler import ConcurrencyLimit
 from grps_py.core.types import InferRequest, InferResponse, MessageBridge, PayloadKind
+from grps_py.core.warmup import warm_up
 
 log = logging.getLogger("grps_py.executor")
 SERVER_NAME = "grps-py"
@@ -30,16 +33,22 @@ class _StreamFailure:
 class Executor:
     """Runs requests through the default DAG or one named model."""
 
-    def __init__(self, server: ServerSettings, inference: InferenceSettings, bridge: MessageBridge) -> None:
+    def __init__(
+        self,
+        server: ServerSettings,
+        inference: InferenceSettings,
+        bridge: MessageBridge,
+        observer: SchedulerObserver | None = None,
+    ) -> None:
         self.server_settings = server
         self.inference_settings = inference
-        workers = server.max_concurrency
-        self.nodes = {m.key: ModelNode(m, bridge, workers) for m in inference.models}
+        self.stats = ModelStats()
+        limit = ConcurrencyLimit(server.max_concurrency)
+        self.nodes = {m.key: ModelNode(m, bridge, limit, observer or self.stats) for m in inference.models}
         self.dag = Dag(inference.dag, self.nodes, bridge, inference.source)
         self.bridge = bridge
         self.catalog = Catalog(self.nodes, self.dag)
         self._by_name = self._index_by_name()
-        self._slots = asyncio.Semaphore(server.max_concurrency)
         self._online = False
         self._loaded = False
         self._in_flight = 0
@@ -55,9 +64,11 @@ class Executor:
 
     # -- lifecycle -----------------------------------------------------------------------------
     async def start(self) -> None:
-        """Load every model (each in a thread), then go online unless configured to start offline."""
+        """Load every model (each in a thread) and run its warmup, then go online unless configured to
+        start offline. Readiness waits for all of it."""
         loop = asyncio.get_running_loop()
-        await asyncio.gather(*(loop.run_in_executor(node.pool, node.load) for node in self.nodes.values()))
+        await asyncio.gather(*(loop.run_in_executor(None, node.load) for node in self.nodes.values()))
+        await asyncio.gather(*(warm_up(node) for node in self.nodes.values() if node.settings.warmup))
         self._loaded = True
         if self.server_settings.start_online:
             self.online()
@@ -118,8 +129,7 @@ class Executor:
         self._in_flight += 1
         self._idle.clear()
         try:
-            async with self._slots:
-                yield
+            yield
         finally:
             self._in_flight -= 1
             if self._in_flight == 0:

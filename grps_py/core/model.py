@@ -17,6 +17,7 @@ from typing import Any, Generic, TypeVar
 
 import numpy as np
 
+from grps_py.core.batch_merge import merge_batch, split_batch
 from grps_py.core.context import GrpsContext
 from grps_py.core.errors import InvalidInput
 from grps_py.core.types import Payload, PayloadKind, Tensor, to_numpy
@@ -111,6 +112,14 @@ class NumpyConverter(Converter):
 
     def postprocess(self, inp: Any, context: GrpsContext) -> Payload:
         return outputs_to_payload(inp, self.from_model)
+
+    def merge_batch(self, items: list[Any]) -> tuple[Any, list[int]] | None:
+        """Dynamic batching: the preprocessed inputs concatenated along dim 0, and each one's rows."""
+        return merge_batch(items)
+
+    def split_batch(self, out: Any, rows: list[int]) -> list[Any] | None:
+        """The inferer's batched output cut back into one output per request (None if it cannot be)."""
+        return split_batch(out, rows)
 
 
 def outputs_to_payload(out: Any, convert: Any = to_numpy) -> Payload:

@@ -1,18 +1,16 @@
-"""A model node: one configured model (converter + inferer) running on its own worker threads."""
+"""A model node: one configured model, as instances behind a scheduler (queue, batching, dispatch)."""
 
 from __future__ import annotations
 
 import asyncio
-import inspect
 import logging
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Hashable
 from typing import Any, TypeVar
 
-from grps_py.core.batcher import Batcher
 from grps_py.core.config import ModelSettings
 from grps_py.core.context import GrpsContext
 from grps_py.core.errors import GrpsError, ModelError, ModelLoadError, ModelNotReady
+from grps_py.core.instance import ModelInstance
 from grps_py.core.model import (
     BUILTIN_CONVERTERS,
     BUILTIN_INFERERS,
@@ -25,6 +23,8 @@ from grps_py.core.model import (
     load_builtin,
     outputs_to_payload,
 )
+from grps_py.core.observer import SchedulerObserver
+from grps_py.core.scheduler import ConcurrencyLimit, ModelScheduler
 from grps_py.core.signature import check_inputs, name_outputs
 from grps_py.core.types import MessageBridge, Payload, PayloadKind
 
@@ -67,47 +67,74 @@ def _resolve_converter(settings: ModelSettings) -> Converter:
     return instance
 
 
-def _is_async(fn: Callable[..., Any]) -> bool:
-    return inspect.iscoroutinefunction(fn)
+def instance_devices(settings: ModelSettings) -> list[str]:
+    """One device per instance: `instances` on each of `devices` (GPU indices), else on `device`."""
+    if settings.devices:
+        return [f"cuda:{d}" for d in settings.devices for _ in range(settings.instances)]
+    return [settings.device] * settings.instances
+
+
+def batch_shape(payload: Payload) -> tuple[int, Hashable]:
+    """A request's rows (dim 0) and what it must share with others to be batched with them."""
+    if payload.kind is not PayloadKind.TENSORS:
+        return 1, payload.kind
+    arrays = [t.data if hasattr(t.data, "shape") else t.array for t in payload.value]  # numpy or torch
+    if not arrays or any(len(a.shape) == 0 for a in arrays) or len({int(a.shape[0]) for a in arrays}) != 1:
+        return 1, object()  # no common batch dim: it runs alone
+    key = tuple(
+        (t.name, str(a.dtype), tuple(a.shape[1:])) for t, a in zip(payload.value, arrays, strict=True)
+    )
+    return int(arrays[0].shape[0]), key
 
 
 class ModelNode:
-    """Runs preprocess -> infer -> postprocess for one model, off the event loop."""
+    """One configured model: its instances (each a converter + inferer with a worker thread) behind a
+    scheduler that queues, batches and dispatches requests."""
 
-    def __init__(self, settings: ModelSettings, bridge: MessageBridge, max_workers: int) -> None:
+    def __init__(
+        self,
+        settings: ModelSettings,
+        bridge: MessageBridge,
+        limit: ConcurrencyLimit,
+        observer: SchedulerObserver,
+    ) -> None:
         self.settings = settings
         self.key = settings.key
         self._bridge = bridge
-        self._pool = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix=f"model-{self.key}")
-        self.inferer = _resolve_inferer(settings)
-        self.converter = _resolve_converter(settings)
-        self._all_sync = not any(
-            _is_async(fn)
-            for fn in (self.converter.preprocess, self.inferer.infer, self.converter.postprocess)
-        )
-        self.batcher = self._make_batcher()
+        self.instances = [
+            self._make_instance(i, device) for i, device in enumerate(instance_devices(settings))
+        ]
+        self.scheduler = ModelScheduler(settings, self.instances, limit, observer)
+        if settings.batching.type == "dynamic" and not self.scheduler.batching:
+            log.warning("model '%s': async model code is not batched; serving requests one by one", self.key)
         self.loaded = False
 
-    def _make_batcher(self) -> Batcher | None:
-        batching = self.settings.batching
-        if batching.type != "dynamic":
-            return None
-        if not self._all_sync:
-            log.warning("model '%s': async model code is not batched; serving requests one by one", self.key)
-            return None
-        return Batcher(
-            self._run_batch_sync,
-            self._run_sync,
-            self._pool,
-            batching.max_batch_size,
-            batching.batch_timeout_us,
+    def _make_instance(self, index: int, device: str) -> ModelInstance:
+        """Built-in inferers and converters get one object per instance; registered ones are shared."""
+        return ModelInstance(
+            self.key,
+            index,
+            device,
+            _resolve_inferer(self.settings),
+            _resolve_converter(self.settings),
+            self.converter_output,
         )
+
+    @property
+    def inferer(self) -> ModelInferer:
+        return self.instances[0].inferer
+
+    @property
+    def converter(self) -> Converter:
+        return self.instances[0].converter
 
     # -- lifecycle -----------------------------------------------------------------------------
     def load(self) -> None:
-        """Init and load the model (blocking; run it in a thread). Any failure is a ModelLoadError."""
+        """Init and load every instance (blocking; run it in a thread). Any failure is a ModelLoadError."""
         try:
-            self._load()
+            loaded: set[int] = set()
+            for instance in self.instances:
+                self._load(instance, loaded)
         except ModelLoadError:
             raise
         except Exception as exc:
@@ -115,25 +142,30 @@ class ModelNode:
             raise ModelLoadError(
                 public_failure(self.key, exc).replace("failed", "failed to load", 1)
             ) from exc
+        self.loaded = True
 
-    def _load(self) -> None:
+    def _load(self, instance: ModelInstance, loaded: set[int]) -> None:
         s = self.settings
-        path = str(s.inferer_path) if s.inferer_path else None
-        args = dict(s.inferer_args)
-        if s.inp_device:  # grps passes inp_device to the inferer alongside its args
-            args.setdefault("inp_device", s.inp_device)
-        self.inferer.init(path, s.device, args)
-        bind_inputs = getattr(self.inferer, "bind_input_names", None)
-        if callable(bind_inputs) and s.inputs:  # e.g. TorchScript takes declared inputs positionally
-            bind_inputs([spec.name for spec in s.inputs])
-        if not self.inferer.load():
-            raise ModelLoadError(f"model '{self.key}': inferer load() returned False")
-        self.converter.init(str(s.converter_path) if s.converter_path else None, dict(s.converter_args))
-        bind_device = getattr(self.converter, "bind_device", None)
-        device = getattr(self.inferer, "input_device", None) or getattr(self.inferer, "device", None)
+        inferer, converter = instance.inferer, instance.converter
+        if id(inferer) not in loaded:  # a registered inferer shared by instances loads once
+            loaded.add(id(inferer))
+            path = str(s.inferer_path) if s.inferer_path else None
+            args = dict(s.inferer_args)
+            if s.inp_device:  # grps passes inp_device to the inferer alongside its args
+                args.setdefault("inp_device", s.inp_device)
+            inferer.init(path, instance.device, args)
+            bind_inputs = getattr(inferer, "bind_input_names", None)
+            if callable(bind_inputs) and s.inputs:  # e.g. TorchScript takes declared inputs positionally
+                bind_inputs([spec.name for spec in s.inputs])
+            if not inferer.load():
+                raise ModelLoadError(f"model '{self.key}': inferer load() returned False")
+        if id(converter) not in loaded:
+            loaded.add(id(converter))
+            converter.init(str(s.converter_path) if s.converter_path else None, dict(s.converter_args))
+        bind_device = getattr(converter, "bind_device", None)
+        device = getattr(inferer, "input_device", None) or getattr(inferer, "device", None)
         if callable(bind_device) and device:
             bind_device(device)
-        self.loaded = True
 
     def describe(self) -> dict[str, Any]:
         describe = getattr(self.inferer, "describe", None)
@@ -147,13 +179,9 @@ class ModelNode:
         return self.loaded and str(device or inferer.device or "").startswith(("cuda", "gpu"))
 
     def close(self) -> None:
-        if self.batcher is not None:
-            self.batcher.close()
-        self._pool.shutdown(wait=False, cancel_futures=True)
-
-    @property
-    def pool(self) -> ThreadPoolExecutor:
-        return self._pool
+        self.scheduler.close()
+        for instance in self.instances:
+            instance.close()
 
     # -- payload <-> what the converter speaks -------------------------------------------------
     def converter_input(self, payload: Payload) -> Any:
@@ -186,16 +214,11 @@ class ModelNode:
     async def run(self, payload: Payload, ctx: GrpsContext) -> Payload:
         if not self.loaded:
             raise ModelNotReady(f"model '{self.key}' is not loaded")
-        inp = self.converter_input(self.checked_input(payload))
-        ctx.postprocess = lambda out: self.converter_output(self.converter.postprocess(out, ctx))
+        payload = self.checked_input(payload)
+        rows, key = batch_shape(payload)
+        inp = self.converter_input(payload)
         try:
-            if self.batcher is not None:
-                out = await self.batcher.submit(inp, ctx)
-            elif self._all_sync:
-                loop = asyncio.get_running_loop()
-                out = await loop.run_in_executor(self._pool, self._run_sync, inp, ctx)
-            else:
-                out = await self._run_mixed(inp, ctx)
+            out = await self.scheduler.submit(inp, ctx, rows, key)
         except (GrpsError, asyncio.CancelledError):
             raise
         except Exception as exc:
@@ -208,24 +231,3 @@ class ModelNode:
         """grps model code reports errors through its context rather than by raising."""
         if ctx.has_err():
             raise ModelError(ctx.get_err_msg() or f"model '{self.key}' reported an error")
-
-    def _run_sync(self, inp: Any, ctx: GrpsContext) -> Any:
-        x = self.converter.preprocess(inp, ctx)
-        y = self.inferer.infer(x, ctx)
-        return self.converter.postprocess(y, ctx)
-
-    def _run_batch_sync(self, inps: list[Any], ctxs: list[GrpsContext]) -> list[Any]:
-        xs = self.converter.batch_preprocess(inps, ctxs)
-        ys = self.inferer.batch_infer(xs, ctxs)
-        return self.converter.batch_postprocess(ys, ctxs)
-
-    async def _run_mixed(self, inp: Any, ctx: GrpsContext) -> Any:
-        x = await self._call(self.converter.preprocess, inp, ctx)
-        y = await self._call(self.inferer.infer, x, ctx)
-        return await self._call(self.converter.postprocess, y, ctx)
-
-    async def _call(self, fn: Callable[..., Any], arg: Any, ctx: GrpsContext) -> Any:
-        if _is_async(fn):
-            return await fn(arg, ctx)
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._pool, fn, arg, ctx)
