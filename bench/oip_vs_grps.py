@@ -19,7 +19,6 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import IO
 
@@ -29,10 +28,10 @@ import numpy as np
 import orjson
 
 from grps_py.protos import grps_pb2, open_inference_pb2
+from load import Load, Send, drive
 
 ROOT = Path(__file__).resolve().parent.parent
 X = np.arange(16, dtype=np.float32).reshape(1, 16)
-Send = Callable[[], Awaitable[None]]
 
 
 def start_server(workdir: Path) -> tuple[subprocess.Popen[str], int, int]:
@@ -111,28 +110,8 @@ def grpc_requests() -> dict[str, tuple[str, bytes]]:
     }
 
 
-async def drive(send: Send, seconds: float, concurrency: int) -> tuple[float, float, float]:
-    """Requests/s, p50 ms and p99 ms of `concurrency` workers sending back to back for `seconds`."""
-    latencies: list[float] = []
-    stop = time.perf_counter() + seconds
-
-    async def worker() -> None:
-        while time.perf_counter() < stop:
-            start = time.perf_counter()
-            await send()
-            latencies.append(time.perf_counter() - start)
-
-    began = time.perf_counter()
-    await asyncio.gather(*(worker() for _ in range(concurrency)))
-    elapsed = time.perf_counter() - began
-    ordered = sorted(latencies)
-    return len(ordered) / elapsed, ordered[len(ordered) // 2] * 1e3, ordered[int(len(ordered) * 0.99)] * 1e3
-
-
-async def run(
-    http_port: int, grpc_port: int, args: argparse.Namespace
-) -> dict[str, list[tuple[float, float, float]]]:
-    results: dict[str, list[tuple[float, float, float]]] = {}
+async def run(http_port: int, grpc_port: int, args: argparse.Namespace) -> dict[str, list[Load]]:
+    results: dict[str, list[Load]] = {}
     connector = aiohttp.TCPConnector(limit=args.concurrency)
     async with aiohttp.ClientSession(f"http://127.0.0.1:{http_port}", connector=connector) as session:
         channel = grpc.aio.insecure_channel(f"127.0.0.1:{grpc_port}")
@@ -165,9 +144,12 @@ async def run(
     return results
 
 
-def report(results: dict[str, list[tuple[float, float, float]]]) -> None:
+def report(results: dict[str, list[Load]]) -> None:
     medians = {
-        name: tuple(statistics.median(r[i] for r in runs) for i in range(3)) for name, runs in results.items()
+        name: tuple(
+            statistics.median(getattr(r, f) for r in runs) for f in ("requests_per_s", "p50_ms", "p99_ms")
+        )
+        for name, runs in results.items()
     }
     print(f"{'case':<18} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8}")
     for name, (rps, p50, p99) in medians.items():

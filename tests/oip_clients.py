@@ -10,17 +10,7 @@ import tritonclient.grpc as tgrpc
 import tritonclient.http as thttp
 from tritonclient.utils import InferenceServerException
 
-from support import ServerThread
-
-# HTTP statuses and gRPC codes by the category both protocols must agree on.
-HTTP_CATEGORY = {400: "invalid", 404: "not_found", 500: "internal", 503: "unavailable", 504: "timeout"}
-GRPC_CATEGORY = {
-    "StatusCode.INVALID_ARGUMENT": "invalid",
-    "StatusCode.NOT_FOUND": "not_found",
-    "StatusCode.INTERNAL": "internal",
-    "StatusCode.UNAVAILABLE": "unavailable",
-    "StatusCode.DEADLINE_EXCEEDED": "timeout",
-}
+from support import GRPC_CATEGORY, HTTP_CATEGORY, ServerThread
 
 # The typed `InferTensorContents` field each datatype travels in (FP16 and BF16 travel only raw).
 CONTENTS_FIELD = {
@@ -114,7 +104,7 @@ class OipClient:
         status = str(exc.status())
         if self.protocol == "http":
             return HTTP_CATEGORY.get(int(status), status)
-        return GRPC_CATEGORY.get(status, status)
+        return {str(code): name for code, name in GRPC_CATEGORY.items()}.get(status, status)
 
 
 def datatype_for(array: np.ndarray) -> str:

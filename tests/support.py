@@ -9,9 +9,28 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
+import grpc
+
 from grps_py.server import GrpsServer
 
 PROJECTS = Path(__file__).parent / "projects"
+# What HTTP statuses and gRPC codes mean, so tests over both protocols compare categories.
+HTTP_CATEGORY = {
+    200: "ok",
+    400: "invalid",
+    404: "not_found",
+    500: "internal",
+    503: "unavailable",
+    504: "timeout",
+}
+GRPC_CATEGORY = {
+    grpc.StatusCode.INVALID_ARGUMENT: "invalid",
+    grpc.StatusCode.NOT_FOUND: "not_found",
+    grpc.StatusCode.INTERNAL: "internal",
+    grpc.StatusCode.UNAVAILABLE: "unavailable",
+    grpc.StatusCode.DEADLINE_EXCEEDED: "timeout",
+    grpc.StatusCode.CANCELLED: "cancelled",
+}
 BASIC = PROJECTS / "basic"
 
 
@@ -42,6 +61,19 @@ class ServerThread:
             self._thread.join(10)
             raise
         return self
+
+    def start_in_background(self) -> Future[Any]:
+        """Build the server and begin starting it; the future resolves when start() completes.
+
+        `self.server` is usable at once (its ports are known once it listens), so tests can watch
+        what a server answers while its models load and warm up."""
+        self._thread.start()
+
+        async def build() -> GrpsServer:
+            return self._make_server()
+
+        self.server = self.call(build())
+        return self.run_soon(self.server.start())
 
     def stop(self, grace_s: float = 2.0) -> None:
         self.call(self.server.stop(grace_s))

@@ -11,14 +11,7 @@ import pytest
 from google.protobuf import json_format
 
 from grps_py.protos import grps_pb2, grps_pb2_grpc
-
-HTTP_CATEGORY = {200: "ok", 400: "invalid", 404: "not_found", 500: "internal", 503: "unavailable"}
-GRPC_CATEGORY = {
-    grpc.StatusCode.INVALID_ARGUMENT: "invalid",
-    grpc.StatusCode.NOT_FOUND: "not_found",
-    grpc.StatusCode.INTERNAL: "internal",
-    grpc.StatusCode.UNAVAILABLE: "unavailable",
-}
+from support import GRPC_CATEGORY, HTTP_CATEGORY
 
 
 class Transport(Protocol):

@@ -88,6 +88,18 @@ def to_numpy_array(value: Any) -> Any:
     return value if isinstance(value, np.ndarray) else np.asarray(value)
 
 
+def apply_num_threads(value: Any) -> None:
+    """Inferer arg `num_threads`: torch's intra-op threads. Process-wide (torch has one pool): on a
+    small CPU, fewer threads than cores leave room for the event loop that feeds the model."""
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ModelLoadError(f"torch inferer arg num_threads must be an integer >= 1, not {value!r}")
+    if torch.get_num_threads() != value:
+        logger.info("torch intra-op threads: %d (was %d)", value, torch.get_num_threads())
+        torch.set_num_threads(value)
+
+
 # torch.jit.load carries no annotations; calling it through Any keeps mypy's untyped-call check quiet.
 _jit_load: Any = torch.jit.load
 
@@ -140,6 +152,7 @@ class TorchInferer(ModelInferer):
     def load(self) -> bool:
         if not self.path:
             raise ModelLoadError("torch inferer needs inferer_path: a TorchScript file")
+        apply_num_threads(self.args.get("num_threads"))
         count = device_count()
         original = (self.device or "").strip().lower() == ORIGINAL
         map_location = self._map_location(original, count)

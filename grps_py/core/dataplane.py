@@ -74,9 +74,19 @@ class OipDataplane:
     def context(
         self, request: OipRequest, rid: str, deadline_s: float | None = None, streaming: bool = False
     ) -> GrpsContext:
-        """The request's context; the adapter keeps it to cancel the request when the client goes away."""
+        """The request's context; the adapter keeps it to cancel the request when the client goes away.
+
+        The `timeout` parameter (microseconds) shortens the transport's deadline; `priority` picks the
+        priority level (0: the model's default)."""
+        timeout_us = _int_parameter(request.parameters, "timeout")
+        if timeout_us:
+            deadline_s = min(deadline_s, timeout_us / 1e6) if deadline_s is not None else timeout_us / 1e6
         return GrpsContext(
-            streaming=streaming, deadline_s=deadline_s, request_id=rid, parameters=request.parameters
+            streaming=streaming,
+            deadline_s=deadline_s,
+            request_id=rid,
+            parameters=request.parameters,
+            priority=_int_parameter(request.parameters, "priority"),
         )
 
     def _prepare(
@@ -133,6 +143,13 @@ class OipDataplane:
         raise ModelError(
             f"model '{entry.name}' answered a gmap, which OIP cannot carry; return tensors, text or bytes"
         )
+
+
+def _int_parameter(parameters: dict[str, Any], name: str) -> int:
+    value = parameters.get(name, 0)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise InvalidInput(f"parameter '{name}' must be a non-negative integer, not {value!r}")
+    return value
 
 
 def _one_bytes(value: bytes) -> np.ndarray[Any, Any]:

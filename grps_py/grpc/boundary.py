@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 import grpc
 
 from grps_py import status
-from grps_py.core.errors import GrpsError, ModelError
+from grps_py.core.errors import GrpsError, InvalidInput, ModelError
 
 log = logging.getLogger("grps_py.grpc")
 F = TypeVar("F", bound=Callable[..., Any])
@@ -38,6 +38,16 @@ def log_failure(exc: BaseException, rid: str, rpc: str) -> None:
         log.info("request %s: %s -> %s", rid, rpc, exc.public_message)
     else:
         log.error("request %s: %s failed", rid, rpc, exc_info=exc)
+
+
+def priority_of(context: grpc.aio.ServicerContext) -> int:
+    """The grps API's priority level from `grps-priority` metadata (0: the model's default)."""
+    for key, value in context.invocation_metadata() or ():
+        if key == "grps-priority":
+            if isinstance(value, str) and value.isdigit():
+                return int(value)
+            raise InvalidInput(f"grps-priority metadata must be a non-negative integer, not {value!r}")
+    return 0
 
 
 async def _abort(context: grpc.aio.ServicerContext, exc: BaseException, rid: str, rpc: str) -> None:

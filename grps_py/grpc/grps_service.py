@@ -11,7 +11,7 @@ from grps_py.codecs import grps_pb
 from grps_py.core.context import GrpsContext
 from grps_py.core.executor import Executor
 from grps_py.core.types import InferRequest
-from grps_py.grpc.boundary import rpc_boundary
+from grps_py.grpc.boundary import priority_of, rpc_boundary
 from grps_py.protos import grps_pb2
 
 Msg = grps_pb2.GrpsMessage
@@ -34,7 +34,12 @@ class GrpsService:
         self.executor = executor
 
     def _request(self, message: Msg, context: Ctx, rid: str, streaming: bool) -> InferRequest:
-        ctx = GrpsContext(streaming=streaming, deadline_s=context.time_remaining(), request_id=rid)
+        ctx = GrpsContext(
+            streaming=streaming,
+            deadline_s=context.time_remaining(),
+            request_id=rid,
+            priority=priority_of(context),
+        )
         return InferRequest(grps_pb.message_to_payload(message), ctx, message.model, rid)
 
     @rpc_boundary

@@ -15,11 +15,14 @@ import tornado.web
 
 from grps_py import status
 from grps_py.codecs import grps_json
-from grps_py.core.errors import GrpsError, ModelError
+from grps_py.core.errors import GrpsError, InvalidInput, ModelError, Overloaded
 from grps_py.core.executor import Executor
 
 log = logging.getLogger("grps_py.http")
 REQUEST_ID_HEADER = "X-Request-Id"
+# Scheduling controls of the grps API, as a header or a query parameter (the header wins).
+TIMEOUT_HEADER, TIMEOUT_QUERY = "Grps-Timeout-Us", "timeout_us"
+PRIORITY_HEADER, PRIORITY_QUERY = "Grps-Priority", "priority"
 
 
 class BaseHandler(tornado.web.RequestHandler):
@@ -35,6 +38,24 @@ class BaseHandler(tornado.web.RequestHandler):
         self.request_id = incoming[:64] if incoming.isascii() and incoming.isprintable() and incoming else ""
         self.request_id = self.request_id or uuid.uuid4().hex[:16]
         self.set_header(REQUEST_ID_HEADER, self.request_id)
+
+    def _int_control(self, header: str, query: str) -> int | None:
+        text = self.request.headers.get(header) or self.get_query_argument(query, None)
+        if text is None or not text.strip():
+            return None
+        try:
+            value = int(text)
+        except ValueError:
+            raise InvalidInput(f"{header} / ?{query}= must be a non-negative integer, not {text!r}") from None
+        if value < 0:
+            raise InvalidInput(f"{header} / ?{query}= must be a non-negative integer, not {text!r}")
+        return value
+
+    def scheduling(self) -> tuple[float | None, int]:
+        """The request's timeout (seconds, from microseconds) and priority level (0: the model's default)."""
+        timeout_us = self._int_control(TIMEOUT_HEADER, TIMEOUT_QUERY)
+        priority = self._int_control(PRIORITY_HEADER, PRIORITY_QUERY) or 0
+        return (None if not timeout_us else timeout_us / 1e6), priority
 
     def write_json(self, body: bytes, http_status: int = 200) -> None:
         self.set_status(http_status)
@@ -53,6 +74,8 @@ class BaseHandler(tornado.web.RequestHandler):
         else:
             http_status, msg = status_code, self._reason
         self.set_status(http_status)
+        if isinstance(exc, Overloaded):
+            self.set_header("Retry-After", "1")
         rid = getattr(self, "request_id", "")
         if rid:  # send_error cleared the headers set in prepare()
             self.set_header(REQUEST_ID_HEADER, rid)

@@ -29,7 +29,14 @@ class CustomPredictHandler(PredictBase):
 
     async def post(self) -> None:
         streaming = streaming_requested(self, self.ctrl)
-        ctx = GrpsContext(streaming=streaming, http_request=self._http_request(), request_id=self.request_id)
+        timeout_s, priority = self.scheduling()
+        ctx = GrpsContext(
+            streaming=streaming,
+            http_request=self._http_request(),
+            request_id=self.request_id,
+            deadline_s=timeout_s,
+            priority=priority,
+        )
         model = self.get_query_argument("model", "") or ""
         request = InferRequest(Payload.of_bytes(self.request.body), ctx, model, self.request_id)
         response = await self.run(request, self.ctrl.res_content_type)

@@ -70,7 +70,10 @@ class PredictHandler(PredictBase):
     async def post(self) -> None:
         payload, model, streaming = self._decode()
         model = model or self.get_query_argument("model", "") or ""
-        ctx = GrpsContext(streaming=streaming, request_id=self.request_id)
+        timeout_s, priority = self.scheduling()
+        ctx = GrpsContext(
+            streaming=streaming, request_id=self.request_id, deadline_s=timeout_s, priority=priority
+        )
         request = InferRequest(payload, ctx, model, self.request_id)
         response = await self.run(request, self.ctrl.res_content_type)
         if response is None:  # streamed, or the client went away

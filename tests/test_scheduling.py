@@ -1,0 +1,354 @@
+"""Scheduling over HTTP and gRPC: batch formation, error isolation, mixed shapes, instances, the
+bounded queue, timeouts while queued, priorities, cancellation, batched streaming, warmup."""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import grpc
+import httpx
+import numpy as np
+import pytest
+
+from grps_py.protos import grps_pb2, grps_pb2_grpc
+from oip_clients import OipClient
+from support import GRPC_CATEGORY, HTTP_CATEGORY, PROJECTS, ServerThread, start_project
+
+SCHED = PROJECTS / "sched"
+
+
+@pytest.fixture(scope="module")
+def sched() -> Iterator[ServerThread]:
+    server = start_project(SCHED)
+    yield server
+    server.stop()
+
+
+def models() -> Any:
+    return sys.modules["sched_models"]
+
+
+def log(name: str) -> list[Any]:
+    return list(models().LOG.get(name, []))
+
+
+@pytest.fixture(autouse=True)
+def fresh_log(sched: ServerThread) -> Iterator[None]:
+    models().LOG.clear()
+    models().RELEASE.clear()
+    yield
+    models().RELEASE.set()  # never leave a held instance behind
+
+
+class Grps:
+    """The grps API over one protocol: (category, str_data or error message)."""
+
+    def __init__(self, protocol: str, server: ServerThread) -> None:
+        self.protocol = protocol
+        self.server = server
+
+    def predict(
+        self, model: str, text: str = "", priority: int = 0, timeout_s: float | None = None
+    ) -> tuple[str, str, dict[str, str]]:
+        if self.protocol == "http":
+            headers = {}
+            if priority:
+                headers["Grps-Priority"] = str(priority)
+            if timeout_s:
+                headers["Grps-Timeout-Us"] = str(int(timeout_s * 1e6))
+            reply = httpx.post(
+                f"{self.server.http_url}/grps/v1/infer/predict?model={model}-1",
+                json={"str_data": text},
+                headers=headers,
+                timeout=30,
+            )
+            body = reply.json()
+            category = HTTP_CATEGORY[reply.status_code]
+            message = body.get("str_data", "") if category == "ok" else body["status"]["msg"]
+            return category, message, dict(reply.headers)
+        with grpc.insecure_channel(self.server.grpc_target) as channel:
+            stub = grps_pb2_grpc.GrpsServiceStub(channel)
+            metadata = [("grps-priority", str(priority))] if priority else None
+            try:
+                msg = grps_pb2.GrpsMessage(model=f"{model}-1", str_data=text)
+                reply = stub.Predict(msg, timeout=timeout_s, metadata=metadata)  # None: no deadline
+            except grpc.RpcError as err:
+                return GRPC_CATEGORY[err.code()], err.details(), {}
+            return "ok", reply.str_data, {}
+
+
+@pytest.fixture(params=["http", "grpc"])
+def grps(request: pytest.FixtureRequest, sched: ServerThread) -> Grps:
+    return Grps(request.param, sched)
+
+
+class Oip:
+    """tritonclient over one protocol; a client per call, since tritonclient's are not thread-safe."""
+
+    def __init__(self, protocol: str, server: ServerThread) -> None:
+        self.protocol = protocol
+        self.server = server
+
+    def infer(self, model: str, arrays: dict[str, np.ndarray]) -> Any:
+        client = OipClient(self.protocol, self.server)
+        try:
+            return client.infer(model, arrays)
+        finally:
+            client.close()
+
+
+@pytest.fixture(params=["http", "grpc"])
+def oip(request: pytest.FixtureRequest, sched: ServerThread) -> Oip:
+    return Oip(request.param, sched)
+
+
+def concurrently(calls: list[Callable[[], Any]], stagger_s: float = 0.0) -> list[Any]:
+    with ThreadPoolExecutor(len(calls)) as pool:
+        futures = []
+        for call in calls:
+            futures.append(pool.submit(call))
+            time.sleep(stagger_s)
+        return [f.result(timeout=60) for f in futures]
+
+
+def hold(grps: Grps, model: str) -> threading.Thread:
+    """Occupy the model's single instance until RELEASE is set."""
+    thread = threading.Thread(target=grps.predict, args=(model, "hold"), daemon=True)
+    thread.start()
+    assert models().HOLDING.wait(10)
+    return thread
+
+
+def wait_queued(sched: ServerThread, key: str, depth: int) -> None:
+    deadline = time.monotonic() + 10
+    while sched.server.executor.nodes[key].scheduler.depth < depth and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert sched.server.executor.nodes[key].scheduler.depth >= depth
+
+
+# -- batch formation ---------------------------------------------------------------------------
+
+
+def test_batches_never_exceed_max_rows_and_answers_split_back(oip: Oip) -> None:
+    inputs = [np.full((3, 2), i, np.float32) for i in range(12)]
+    answers = concurrently([lambda x=x: oip.infer("rows", {"x": x}) for x in inputs])
+    for x, answer in zip(inputs, answers, strict=True):
+        np.testing.assert_array_equal(answer.outputs["y"], x * 2)
+    rows = [r for r, _ in log("rows")]
+    assert sum(rows) == 36 and max(rows) <= 8 and max(rows) == 6  # two 3-row requests fit, three do not
+
+
+def test_a_preferred_size_goes_before_the_timeout(oip: Oip) -> None:
+    started = time.monotonic()
+    concurrently([lambda: oip.infer("preferred", {"x": np.ones((1, 2), np.float32)}) for _ in range(4)])
+    assert time.monotonic() - started < 4  # the batch timeout is 5 s: only the preferred size sends it
+    assert (4, (2,)) in log("preferred")
+
+
+def test_a_lone_request_goes_when_its_timeout_passes(oip: Oip) -> None:
+    answer = oip.infer("rows", {"x": np.ones((2, 2), np.float32)})
+    assert not answer.error and log("rows") == [(2, (2,))]
+
+
+def test_more_rows_than_a_batch_holds_is_invalid(oip: Oip) -> None:
+    answer = oip.infer("rows", {"x": np.ones((9, 2), np.float32)})
+    assert answer.error == "invalid" and "9 rows" in answer.message
+
+
+def test_mixed_shapes_batch_only_with_compatible_ones(oip: Oip) -> None:
+    inputs = [np.full((1, 2 + i % 2), i, np.float32) for i in range(8)]
+    answers = concurrently([lambda x=x: oip.infer("rows", {"x": x}) for x in inputs])
+    for x, answer in zip(inputs, answers, strict=True):
+        np.testing.assert_array_equal(answer.outputs["y"], x * 2)
+    shapes = {shape for _, shape in log("rows")}
+    assert shapes == {(2,), (3,)} and max(r for r, _ in log("rows")) > 1
+
+
+# -- errors stay with their request --------------------------------------------------------------
+
+
+def test_pre_and_post_processing_failures_fail_alone(grps: Grps) -> None:
+    texts = ["ok1", "bad-pre", "bad-post", "ok2"]
+    results = concurrently([lambda t=t: grps.predict("fragile", t) for t in texts])
+    assert results[0][:2] == ("ok", "ok1!") and results[3][:2] == ("ok", "ok2!")
+    assert results[1][0] == "internal" and "preprocess refused" in results[1][1]
+    assert results[2][0] == "internal" and "postprocess refused" in results[2][1]
+    assert max(log("fragile")) >= 2  # they really were batched together
+
+
+# -- instances ---------------------------------------------------------------------------------
+
+
+def test_instances_run_in_parallel_on_their_own_threads(grps: Grps) -> None:
+    results = concurrently([lambda: grps.predict("sleepy") for _ in range(3)])
+    assert all(category == "ok" for category, _, _ in results)
+    assert len({text for _, text, _ in results}) == 3  # three worker threads
+    assert log("sleepy_peak") == [3]
+
+
+# -- admission control -----------------------------------------------------------------------------
+
+
+def test_a_full_queue_answers_at_once(grps: Grps, sched: ServerThread) -> None:
+    holder = hold(grps, "gate")
+    threading.Timer(1.5, models().RELEASE.set).start()  # the two queued ones run after this
+    results = concurrently([lambda i=i: grps.predict("gate", f"q{i}") for i in range(4)], stagger_s=0.05)
+    refused = [r for r in results if r[0] == "unavailable"]
+    assert len(refused) == 2 and all("queue is full" in r[1] for r in refused)
+    if grps.protocol == "http":
+        assert all(r[2].get("retry-after") == "1" for r in refused)
+    holder.join(10)
+    assert sorted(log("gate")) == sorted(r[1] for r in results if r[0] == "ok")
+    assert len(log("gate")) == 2
+
+
+def test_a_request_that_times_out_in_the_queue_never_runs(grps: Grps, sched: ServerThread) -> None:
+    holder = hold(grps, "gate")
+    category, _, _ = grps.predict("gate", "late", timeout_s=0.1)
+    assert category == "timeout"
+    models().RELEASE.set()
+    holder.join(10)
+    assert grps.predict("gate", "after")[0] == "ok"
+    assert "late" not in log("gate") and "after" in log("gate")
+
+
+def test_the_model_default_timeout(grps: Grps, sched: ServerThread) -> None:
+    holder = hold(grps, "gate_timeout")
+    category, message, _ = grps.predict("gate_timeout", "late")
+    assert category == "timeout" and "gate_timeout" in message
+    models().RELEASE.set()
+    holder.join(10)
+    assert "late" not in log("gate_timeout")
+
+
+def test_oip_timeout_parameter(sched: ServerThread, grps: Grps) -> None:
+    holder = hold(grps, "gate")
+    for protocol in ("http", "grpc"):
+        client = OipClient(protocol, sched)
+        x = client.inputs({"t": np.array([b"late"], dtype=object)})
+        with pytest.raises(Exception) as info:
+            client.client.infer("gate", x, timeout=100_000)
+        assert "timed out" in str(info.value) or "Deadline" in str(info.value)
+        client.close()
+    models().RELEASE.set()
+    holder.join(10)
+    assert log("gate") == []
+
+
+# -- priorities ------------------------------------------------------------------------------------
+
+
+def test_higher_priority_runs_first(grps: Grps, sched: ServerThread) -> None:
+    holder = hold(grps, "prio")
+    calls = [lambda i=i: grps.predict("prio", f"low{i}") for i in range(3)]
+    calls += [lambda i=i: grps.predict("prio", f"high{i}", priority=1) for i in range(3)]
+    threading.Timer(1.0, models().RELEASE.set).start()
+    concurrently(calls, stagger_s=0.05)
+    holder.join(10)
+    assert log("prio") == ["high0", "high1", "high2", "low0", "low1", "low2"]
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_oip_priority_parameter(sched: ServerThread, protocol: str) -> None:
+    holder = hold(Grps("grpc", sched), "prio")
+
+    def send(name: str, priority: int) -> None:
+        client = OipClient(protocol, sched)
+        client.client.infer("prio", client.inputs({name: np.array([1], np.int32)}), priority=priority)
+        client.close()
+
+    threading.Timer(1.0, models().RELEASE.set).start()
+    concurrently([lambda: send("low", 0), lambda: send("high", 1)], stagger_s=0.1)
+    holder.join(10)
+    assert log("prio") == ["high", "low"]  # the gate model records the input's name
+
+
+# -- cancellation --------------------------------------------------------------------------------
+
+
+def test_a_client_that_goes_away_leaves_the_queue(grps: Grps, sched: ServerThread) -> None:
+    holder = hold(grps, "gate")
+    before = sched.server.executor.stats.model("gate-1").dropped["cancelled"]
+    if grps.protocol == "http":
+        with pytest.raises(httpx.ReadTimeout):
+            httpx.post(
+                f"{sched.http_url}/grps/v1/infer/predict?model=gate-1", json={"str_data": "gone"}, timeout=0.3
+            )
+    else:
+        with grpc.insecure_channel(sched.grpc_target) as channel:
+            call = grps_pb2_grpc.GrpsServiceStub(channel).Predict.future(
+                grps_pb2.GrpsMessage(model="gate-1", str_data="gone")
+            )
+            wait_queued(sched, "gate-1", 1)
+            call.cancel()
+    deadline = time.monotonic() + 10
+    while (
+        sched.server.executor.stats.model("gate-1").dropped["cancelled"] == before
+        and time.monotonic() < deadline
+    ):
+        time.sleep(0.02)
+    assert sched.server.executor.stats.model("gate-1").dropped["cancelled"] == before + 1
+    models().RELEASE.set()
+    holder.join(10)
+    assert "gone" not in log("gate")
+
+
+# -- streaming ---------------------------------------------------------------------------------------
+
+
+def test_batched_streaming_streams_per_context(sched: ServerThread) -> None:
+    def stream_http(text: str) -> list[str]:
+        with httpx.stream(
+            "POST",
+            f"{sched.http_url}/grps/v1/infer/predict?model=stream_batch-1&streaming=true",
+            json={"str_data": text},
+            timeout=30,
+        ) as reply:
+            return [
+                httpx.Response(200, content=line).json()["str_data"] for line in reply.iter_lines() if line
+            ]
+
+    def stream_grpc(text: str) -> list[str]:
+        with grpc.insecure_channel(sched.grpc_target) as channel:
+            stub = grps_pb2_grpc.GrpsServiceStub(channel)
+            msg = grps_pb2.GrpsMessage(model="stream_batch-1", str_data=text)
+            return [part.str_data for part in stub.PredictStreaming(msg, timeout=30)]
+
+    results = concurrently([lambda: stream_http("a"), lambda: stream_grpc("b"), lambda: stream_http("c")])
+    assert results == [["a:0", "a:1"], ["b:0", "b:1"], ["c:0", "c:1"]]
+    assert max(log("stream_batch")) >= 2
+
+
+# -- warmup --------------------------------------------------------------------------------------------
+
+
+def test_warmup_gates_readiness() -> None:
+    server = ServerThread(lambda: _warm_server())
+    started = server.start_in_background()
+    try:
+        deadline = time.monotonic() + 30
+        while not server.server.http_port and time.monotonic() < deadline:
+            time.sleep(0.01)
+        seen_not_ready = False
+        while not started.done() and time.monotonic() < deadline:
+            ready = httpx.get(f"{server.http_url}/v2/health/ready", timeout=5).status_code
+            seen_not_ready |= ready == 503
+            assert ready == 503 or started.done()
+            time.sleep(0.05)
+        started.result(30)
+        assert seen_not_ready
+        assert httpx.get(f"{server.http_url}/v2/health/ready", timeout=5).status_code == 200
+        assert log("warm") == [(2, (3,))] * 3
+    finally:
+        server.stop()
+
+
+def _warm_server() -> Any:
+    from grps_py.server import GrpsServer
+
+    return GrpsServer.from_project(SCHED, inference_conf=SCHED / "conf" / "inference_warmup.yml")
