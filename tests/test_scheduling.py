@@ -253,6 +253,17 @@ def test_higher_priority_runs_first(grps: Grps, sched: ServerThread) -> None:
     assert log("prio") == ["high0", "high1", "high2", "low0", "low1", "low2"]
 
 
+def test_lower_levels_age_instead_of_starving(grps: Grps, sched: ServerThread) -> None:
+    """aging: priority_aging_us is 200 ms, so a level-2 request that waited 500 ms counts as level 0."""
+    holder = hold(grps, "aging")
+    threading.Timer(1.2, models().RELEASE.set).start()
+    concurrently(
+        [lambda: grps.predict("aging", "old-low"), lambda: grps.predict("aging", "new-high", priority=1)], 0.5
+    )
+    holder.join(10)
+    assert log("aging") == ["old-low", "new-high"]
+
+
 @pytest.mark.parametrize("protocol", ["http", "grpc"])
 def test_oip_priority_parameter(sched: ServerThread, protocol: str) -> None:
     holder = hold(Grps("grpc", sched), "prio")

@@ -19,6 +19,7 @@ from grps_py.core.config import (
     LogSettings,
     ServerSettings,
     StreamingCtrl,
+    WarmupSettings,
     load_inference_settings,
     load_server_settings,
     parse_inference_settings,
@@ -438,6 +439,33 @@ INFERENCE_ERRORS = [
         "unknown key",
         id="tensor-unknown-key",
     ),
+    pytest.param("models.0.instances", 0, "models[0].instances", "0", id="instances-0"),
+    pytest.param("models.0.devices", [-1], "models[0].devices", "[-1]", id="bad-devices"),
+    pytest.param(
+        "models.0.batching.preferred_batch_size",
+        [4, 64],
+        "models[0].batching.preferred_batch_size",
+        "[4, 64]",
+        id="preferred-over-max",
+    ),
+    pytest.param(
+        "models.0.batching.max_queue_size", 0, "models[0].batching.max_queue_size", "0", id="queue-0"
+    ),
+    pytest.param(
+        "models.0.default_timeout_us", -5, "models[0].default_timeout_us", "-5", id="timeout-neg-model"
+    ),
+    pytest.param(
+        "models.0.default_priority_level", 3, "models[0].default_priority_level", "3", id="level-over-levels"
+    ),
+    pytest.param(
+        "models.0.warmup", {"kind": "noise"}, "models[0].warmup.kind", "'noise'", id="bad-warmup-kind"
+    ),
+    pytest.param(
+        "models.0.warmup", {"kind": "zeros"}, "models[0].warmup", "'zeros'", id="warmup-needs-inputs"
+    ),
+    pytest.param(
+        "models.0.warmup", {"kind": "file"}, "models[0].warmup.file", "missing", id="warmup-file-missing"
+    ),
     pytest.param("models", [], "models", "[]", id="empty-models"),
     pytest.param("models", DELETE, "models", "missing", id="no-models"),
     pytest.param("models.1", "custom", "models[1]", "'custom'", id="model-not-mapping"),
@@ -474,6 +502,32 @@ def test_declared_tensors(project: Path) -> None:
     model = parse_inference_settings(data, "inference.yml", project).models[0]
     assert model.inputs == (TensorSpec("x", "FP32", (-1, 4)), TensorSpec("t", "BYTES", None))
     assert model.outputs == (TensorSpec("y", "BF16", ()),)
+
+
+def test_scheduling_keys(project: Path) -> None:
+    data = yaml.safe_load(INFERENCE_YML)
+    data["models"][0].update(
+        instances=2,
+        devices=[0, 1],
+        default_timeout_us=5000,
+        priority_levels=3,
+        default_priority_level=2,
+        priority_aging_us=1000,
+        inputs=[{"name": "x", "datatype": "FP32", "shape": [-1, 4]}],
+        warmup={"kind": "random", "batch_size": 4, "count": 2},
+    )
+    data["models"][0]["batching"] = {
+        "type": "dynamic",
+        "preferred_batch_size": [8, 4, 8],
+        "max_queue_size": 7,
+    }
+    model = parse_inference_settings(data, "inference.yml", project).models[0]
+    assert (model.instances, model.devices, model.default_timeout_us) == (2, (0, 1), 5000)
+    assert (model.priority_levels, model.default_priority_level, model.priority_aging_us) == (3, 2, 1000)
+    assert model.batching.preferred_batch_size == (4, 8) and model.batching.max_queue_size == 7
+    assert model.warmup == WarmupSettings(kind="random", batch_size=4, count=2)
+    defaults = parse_inference_settings(yaml.safe_load(INFERENCE_YML), "inference.yml", project).models[0]
+    assert defaults.batching.max_queue_size == 1024 and defaults.instances == 1 and defaults.warmup is None
 
 
 def test_duplicate_model(project: Path) -> None:
