@@ -7,6 +7,7 @@ import contextlib
 import logging
 import signal
 import socket
+import sys
 from pathlib import Path
 
 import grpc
@@ -47,6 +48,7 @@ class GrpsServer:
     async def start(self) -> None:
         """Listen first (liveness answers while models load), then load models and go online."""
         iface = self.settings.interface
+        sys.setswitchinterval(self.settings.gil_switch_interval_us / 1e6)  # process-wide, see config
         self._http = tornado.httpserver.HTTPServer(
             build_app(self.executor, self.settings), max_body_size=iface.max_message_bytes, xheaders=True
         )

@@ -71,6 +71,9 @@ class ServerSettings:
     log: LogSettings = field(default_factory=LogSettings)
     start_online: bool = True
     shutdown_grace_s: float = 10.0
+    # Python's GIL switch interval. Model threads hand the GIL back and forth with the event loop;
+    # the default 5 ms lets a busy loop hold a finished model thread back for milliseconds.
+    gil_switch_interval_us: int = 500
     source: str = "<server.yml>"
 
 
@@ -150,7 +153,11 @@ class InferenceSettings:
 # ---------------------------------------------------------------------------------------------------
 # Parsing and validation
 
-_ADDED_SERVER_KEYS = ("start_online", "shutdown_grace_s")  # grps-py's additions to grps's keys
+_ADDED_SERVER_KEYS = (
+    "start_online",
+    "shutdown_grace_s",
+    "gil_switch_interval_us",
+)  # grps-py's additions to grps's keys
 _SERVER_KEYS = ("interface", "max_connections", "max_concurrency", "gpu", "log", *_ADDED_SERVER_KEYS)
 _INTERFACE_KEYS = ("framework", "host", "port", "customized_predict_http", "max_message_bytes")
 _CUSTOM_HTTP_KEYS = ("path", "customized_body", "streaming_ctrl")
@@ -408,6 +415,7 @@ def parse_server_settings(data: object, source: str, project_dir: Path) -> Serve
         log=_parse_log(fields.section("log", _LOG_KEYS), project_dir),
         start_online=fields.boolean("start_online", defaults.start_online),
         shutdown_grace_s=fields.number("shutdown_grace_s", defaults.shutdown_grace_s, 0),
+        gil_switch_interval_us=fields.integer("gil_switch_interval_us", defaults.gil_switch_interval_us, 1),
         source=source,
     )
 

@@ -315,6 +315,7 @@ SERVER_ERRORS = [
     pytest.param("start_online", 1, "start_online", "1", id="int-as-bool"),
     pytest.param("shutdown_grace_s", -0.5, "shutdown_grace_s", "-0.5", id="negative-grace"),
     pytest.param("shutdown_grace_s", False, "shutdown_grace_s", "False", id="bool-as-number"),
+    pytest.param("gil_switch_interval_us", 0, "gil_switch_interval_us", "0", id="gil-interval-0"),
 ]
 
 
