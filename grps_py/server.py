@@ -50,7 +50,7 @@ class GrpsServer:
         iface = self.settings.interface
         sys.setswitchinterval(self.settings.gil_switch_interval_us / 1e6)  # process-wide, see config
         self._http = tornado.httpserver.HTTPServer(
-            build_app(self.executor, self.settings), max_body_size=iface.max_message_bytes, xheaders=True
+            build_app(self.executor, self.settings), max_body_size=iface.max_message_bytes
         )
         sockets = tornado.netutil.bind_sockets(iface.http_port, iface.host, family=_family(iface.host))
         self._http.add_sockets(sockets)

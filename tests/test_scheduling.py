@@ -124,11 +124,13 @@ def hold(grps: Grps, model: str) -> threading.Thread:
     return thread
 
 
-def wait_queued(sched: ServerThread, key: str, depth: int) -> None:
+def wait_submitted(sched: ServerThread, key: str, before: int) -> None:
+    """Until one more request reached the model's scheduler than `before`."""
+    stats = sched.server.executor.stats
     deadline = time.monotonic() + 10
-    while sched.server.executor.nodes[key].scheduler.depth < depth and time.monotonic() < deadline:
+    while stats.model(key).queued <= before and time.monotonic() < deadline:
         time.sleep(0.01)
-    assert sched.server.executor.nodes[key].scheduler.depth >= depth
+    assert stats.model(key).queued > before
 
 
 # -- batch formation ---------------------------------------------------------------------------
@@ -195,16 +197,17 @@ def test_instances_run_in_parallel_on_their_own_threads(grps: Grps) -> None:
 
 
 def test_a_full_queue_answers_at_once(grps: Grps, sched: ServerThread) -> None:
+    """gate: one instance holding a request, the next one handed to its thread, a queue of two."""
     holder = hold(grps, "gate")
-    threading.Timer(1.5, models().RELEASE.set).start()  # the two queued ones run after this
-    results = concurrently([lambda i=i: grps.predict("gate", f"q{i}") for i in range(4)], stagger_s=0.05)
+    threading.Timer(1.5, models().RELEASE.set).start()  # the accepted ones run after this
+    results = concurrently([lambda i=i: grps.predict("gate", f"q{i}") for i in range(5)], stagger_s=0.05)
     refused = [r for r in results if r[0] == "unavailable"]
     assert len(refused) == 2 and all("queue is full" in r[1] for r in refused)
     if grps.protocol == "http":
         assert all(r[2].get("retry-after") == "1" for r in refused)
     holder.join(10)
     assert sorted(log("gate")) == sorted(r[1] for r in results if r[0] == "ok")
-    assert len(log("gate")) == 2
+    assert len(log("gate")) == 3
 
 
 def test_a_request_that_times_out_in_the_queue_never_runs(grps: Grps, sched: ServerThread) -> None:
@@ -285,6 +288,7 @@ def test_oip_priority_parameter(sched: ServerThread, protocol: str) -> None:
 def test_a_client_that_goes_away_leaves_the_queue(grps: Grps, sched: ServerThread) -> None:
     holder = hold(grps, "gate")
     before = sched.server.executor.stats.model("gate-1").dropped["cancelled"]
+    before_submitted = sched.server.executor.stats.model("gate-1").queued
     if grps.protocol == "http":
         with pytest.raises(httpx.ReadTimeout):
             httpx.post(
@@ -295,7 +299,7 @@ def test_a_client_that_goes_away_leaves_the_queue(grps: Grps, sched: ServerThrea
             call = grps_pb2_grpc.GrpsServiceStub(channel).Predict.future(
                 grps_pb2.GrpsMessage(model="gate-1", str_data="gone")
             )
-            wait_queued(sched, "gate-1", 1)
+            wait_submitted(sched, "gate-1", before_submitted)
             call.cancel()
     deadline = time.monotonic() + 10
     while (

@@ -59,7 +59,7 @@ class ModelInstance:
         self.converter = converter
         self._to_payload = to_payload
         self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"model-{key}-{index}")
-        self.busy = False
+        self.active = 0  # dispatched to this instance and not finished (running or next in its thread)
         self.is_async = any(
             inspect.iscoroutinefunction(fn)
             for fn in (converter.preprocess, inferer.infer, converter.postprocess)

@@ -28,12 +28,15 @@ from grps_py.core.observer import CANCELLED, QUEUE_FULL, TIMEOUT, SchedulerObser
 
 
 class ConcurrencyLimit:
-    """Server-wide `max_concurrency`: model executions (a batch is one) running at once."""
+    """Server-wide `max_concurrency`: model executions (a batch is one) running at once.
+
+    Only schedulers that found the limit reached are woken when a slot frees (waking every model's
+    scheduler on every release would cost each request a wake-up per served model)."""
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
         self.running = 0
-        self._listeners: list[Callable[[], None]] = []
+        self._waiting: dict[int, Callable[[], None]] = {}
 
     def available(self) -> bool:
         return self.running < self.limit
@@ -43,11 +46,13 @@ class ConcurrencyLimit:
 
     def release(self) -> None:
         self.running -= 1
-        for wake in self._listeners:
+        waiting, self._waiting = self._waiting, {}
+        for wake in waiting.values():
             wake()
 
-    def listen(self, wake: Callable[[], None]) -> None:
-        self._listeners.append(wake)
+    def wait(self, wake: Callable[[], None]) -> None:
+        """Call `wake` once, at the next release."""
+        self._waiting[id(wake)] = wake
 
 
 @dataclass(eq=False)
@@ -60,6 +65,14 @@ class QueueItem:
     enqueued: float
     future: asyncio.Future[Any]
     timer: asyncio.TimerHandle | None = field(default=None)
+    # Handed to a busy instance's thread ahead of time (unbatched models): until it starts there,
+    # it can still time out or be cancelled, and the thread then skips it.
+    prefetched: bool = False
+    started: bool = False
+    abandoned: bool = False
+
+    def waiting(self) -> bool:
+        return self.prefetched and not self.started
 
 
 class ModelScheduler:
@@ -79,6 +92,12 @@ class ModelScheduler:
         self._preferred = set(batching.preferred_batch_size)
         self._timeout_s = batching.batch_timeout_us / 1e6
         self._aging_s = settings.priority_aging_us / 1e6
+        # Unbatched sync models with one priority level get the next request handed to their thread
+        # while one runs: the thread goes from one to the next without a round trip through the
+        # event loop (a thread hand-off costs 100-300 us of CPU on small VMs). A batched model waits
+        # so batches fill, and with priorities the next request is chosen only when a thread is free.
+        prefetch = not self.batching and settings.priority_levels == 1
+        self._depth = 2 if prefetch and not any(i.is_async for i in instances) else 1
         self._default_timeout_s = settings.default_timeout_us / 1e6 or None
         self._limit = limit
         self._observer = observer
@@ -86,7 +105,6 @@ class ModelScheduler:
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._running: set[asyncio.Task[None]] = set()
-        limit.listen(self._wake.set)
 
     @property
     def depth(self) -> int:
@@ -118,7 +136,8 @@ class ModelScheduler:
         try:
             return await item.future
         except asyncio.CancelledError:
-            if self._remove(item):
+            if self._remove(item) or item.waiting():
+                item.abandoned = True
                 self._observer.dropped(self.key, CANCELLED, self.depth)
             raise
 
@@ -128,19 +147,20 @@ class ModelScheduler:
             return self.settings.default_priority_level
         return min(ctx.priority, self.settings.priority_levels)
 
-    def _remove(self, item: QueueItem) -> bool:
+    def _remove(self, item: QueueItem, keep_timer: bool = False) -> bool:
         """Take an item out of the queue; False when it already left (dispatched, expired)."""
         for i, queued in enumerate(self._pending):
             if queued is item:
                 del self._pending[i]
-                if item.timer is not None:
+                if item.timer is not None and not keep_timer:
                     item.timer.cancel()
                 return True
         return False
 
     def _expire(self, item: QueueItem) -> None:
-        if not self._remove(item):
+        if not self._remove(item) and not item.waiting():
             return
+        item.abandoned = True
         waited_ms = (asyncio.get_running_loop().time() - item.enqueued) * 1e3
         self._observer.dropped(self.key, TIMEOUT, self.depth)
         if not item.future.done():
@@ -165,16 +185,20 @@ class ModelScheduler:
         """Start every batch that can start now; the seconds until a waiting batch is due, or None."""
         loop = asyncio.get_running_loop()
         while self._pending:
-            instance = next((i for i in self.instances if not i.busy), None)
-            if instance is None or not self._limit.available():
+            instance = min(self.instances, key=lambda i: i.active)
+            if instance.active >= self._depth:
+                return None  # the instance that frees up wakes this scheduler
+            if not self._limit.available():
+                self._limit.wait(self._wake.set)
                 return None
             now = loop.time()
             batch, wait_s = self._form_batch(now)
             if not batch:
                 return wait_s
             for item in batch:
-                self._remove(item)
-            instance.busy = True
+                self._remove(item, keep_timer=instance.active > 0)
+                item.prefetched = instance.active > 0
+            instance.active += 1
             self._limit.acquire()
             task = loop.create_task(self._run(instance, batch, now))
             self._running.add(task)  # the loop keeps only weak references to tasks
@@ -210,14 +234,14 @@ class ModelScheduler:
     async def _run(self, instance: ModelInstance, batch: list[QueueItem], started: float) -> None:
         loop = asyncio.get_running_loop()
         queue_s = [started - item.enqueued for item in batch]
-        inps, ctxs = [item.inp for item in batch], [item.ctx for item in batch]
         try:
-            outcomes = await self._execute(loop, instance, inps, ctxs)
+            outcomes = await self._execute(loop, instance, batch)
         except Exception as exc:  # the instance's thread pool is gone (shutdown)
             outcomes = [(None, exc)] * len(batch)
         finally:
-            instance.busy = False
+            instance.active -= 1
             self._limit.release()
+            self._wake.set()  # this model's next batch can use the freed instance
         compute_s = loop.time() - started
         self._observer.batch_ran(self.key, sum(item.rows for item in batch), queue_s, compute_s, self.depth)
         for item, (out, err) in zip(batch, outcomes, strict=True):
@@ -229,19 +253,16 @@ class ModelScheduler:
                 item.future.set_result(out)
 
     async def _execute(
-        self,
-        loop: asyncio.AbstractEventLoop,
-        instance: ModelInstance,
-        inps: list[Any],
-        ctxs: list[GrpsContext],
+        self, loop: asyncio.AbstractEventLoop, instance: ModelInstance, items: list[QueueItem]
     ) -> list[Outcome]:
+        inps, ctxs = [item.inp for item in items], [item.ctx for item in items]
         if instance.is_async:
             try:
                 return [(await instance.run_async(inps[0], ctxs[0]), None)]
             except Exception as exc:
                 return [(None, exc)]
         if len(inps) == 1:
-            return [await loop.run_in_executor(instance.pool, _run_one, instance, inps[0], ctxs[0])]
+            return [await loop.run_in_executor(instance.pool, _run_one, instance, items[0])]
         return await loop.run_in_executor(instance.pool, instance.run_batch, inps, ctxs)
 
     def close(self) -> None:
@@ -255,8 +276,12 @@ class ModelScheduler:
         self._pending.clear()
 
 
-def _run_one(instance: ModelInstance, inp: Any, ctx: GrpsContext) -> Outcome:
+def _run_one(instance: ModelInstance, item: QueueItem) -> Outcome:
+    """In the instance's thread. A prefetched request that timed out or was cancelled meanwhile is skipped."""
+    item.started = True
+    if item.abandoned:
+        return None, None  # already answered on the loop
     try:
-        return instance.run_one(inp, ctx), None
+        return instance.run_one(item.inp, item.ctx), None
     except Exception as exc:
         return None, exc

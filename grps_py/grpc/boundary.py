@@ -9,7 +9,6 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
-import uuid
 from collections.abc import AsyncIterator, Callable
 from typing import Any, TypeVar
 
@@ -17,6 +16,7 @@ import grpc
 
 from grps_py import status
 from grps_py.core.errors import GrpsError, InvalidInput, ModelError
+from grps_py.request_ids import new_request_id
 
 log = logging.getLogger("grps_py.grpc")
 F = TypeVar("F", bound=Callable[..., Any])
@@ -27,7 +27,7 @@ def request_id_of(context: grpc.aio.ServicerContext) -> str:
     for key, value in context.invocation_metadata() or ():
         if key == "x-request-id" and isinstance(value, str) and value.isprintable():
             return value[:64]
-    return uuid.uuid4().hex[:16]
+    return new_request_id()
 
 
 def log_failure(exc: BaseException, rid: str, rpc: str) -> None:

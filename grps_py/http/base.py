@@ -8,7 +8,6 @@ request id, while the log gets the detail under the same id.
 from __future__ import annotations
 
 import logging
-import uuid
 from typing import Any
 
 import tornado.web
@@ -17,6 +16,7 @@ from grps_py import status
 from grps_py.codecs import grps_json
 from grps_py.core.errors import GrpsError, InvalidInput, ModelError, Overloaded
 from grps_py.core.executor import Executor
+from grps_py.request_ids import new_request_id
 
 log = logging.getLogger("grps_py.http")
 REQUEST_ID_HEADER = "X-Request-Id"
@@ -36,7 +36,7 @@ class BaseHandler(tornado.web.RequestHandler):
     def prepare(self) -> None:
         incoming = self.request.headers.get(REQUEST_ID_HEADER, "")
         self.request_id = incoming[:64] if incoming.isascii() and incoming.isprintable() and incoming else ""
-        self.request_id = self.request_id or uuid.uuid4().hex[:16]
+        self.request_id = self.request_id or new_request_id()
         self.set_header(REQUEST_ID_HEADER, self.request_id)
 
     def _int_control(self, header: str, query: str) -> int | None:
