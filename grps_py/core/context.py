@@ -73,7 +73,8 @@ class GrpsContext:
         self._user_data: dict[Any, Any] = {}
         self._has_err = False
         self._err_msg = ""
-        self._disconnected = threading.Event()
+        # Set on the loop thread, read by model threads: a plain flag is enough (no waiting on it).
+        self._disconnected = False
         self._on_cancel: list[Callable[[], object]] = []
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: int | None = None
@@ -121,7 +122,7 @@ class GrpsContext:
         return self._streamed
 
     def _push(self, item: Any) -> None:
-        if self._sink is None or self._loop is None or self._disconnected.is_set():
+        if self._sink is None or self._loop is None or self._disconnected:
             return
         self._streamed += 1
         if threading.get_ident() == self._loop_thread:
@@ -151,13 +152,13 @@ class GrpsContext:
 
     # -- cancellation and deadline -------------------------------------------------------------
     def if_disconnected(self) -> bool:
-        return self._disconnected.is_set()
+        return self._disconnected
 
     def cancel(self) -> None:
         """The client went away: model code sees `if_disconnected()` turn true."""
-        if self._disconnected.is_set():
+        if self._disconnected:
             return
-        self._disconnected.set()
+        self._disconnected = True
         for callback in self._on_cancel:
             callback()
 

@@ -215,7 +215,7 @@ class ModelNode:
         if not self.loaded:
             raise ModelNotReady(f"model '{self.key}' is not loaded")
         payload = self.checked_input(payload)
-        rows, key = batch_shape(payload)
+        rows, key = batch_shape(payload) if self.scheduler.batching else (1, None)
         inp = self.converter_input(payload)
         try:
             out = await self.scheduler.submit(inp, ctx, rows, key)

@@ -7,7 +7,6 @@ and benchmarks read.
 
 from __future__ import annotations
 
-import threading
 from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -41,32 +40,33 @@ class ModelCounters:
 
 
 class ModelStats:
-    """Counts and recent samples per model (thread-safe; cheap enough to keep on by default)."""
+    """Counts and recent samples per model, cheap enough to keep on by default.
+
+    The schedulers call it from the event loop thread only, so it takes no lock; other threads may
+    read it (deque appends and int updates are atomic in CPython)."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
         self._models: dict[str, ModelCounters] = {}
 
     def model(self, model: str) -> ModelCounters:
-        with self._lock:
-            return self._models.setdefault(model, ModelCounters())
+        counters = self._models.get(model)
+        if counters is None:
+            counters = self._models.setdefault(model, ModelCounters())
+        return counters
 
     def queued(self, model: str, depth: int) -> None:
         counters = self.model(model)
-        with self._lock:
-            counters.queued += 1
-            counters.depth = depth
+        counters.queued += 1
+        counters.depth = depth
 
     def dropped(self, model: str, reason: str, depth: int) -> None:
         counters = self.model(model)
-        with self._lock:
-            counters.dropped[reason] += 1
-            counters.depth = depth
+        counters.dropped[reason] += 1
+        counters.depth = depth
 
     def batch_ran(self, model: str, rows: int, queue_s: list[float], compute_s: float, depth: int) -> None:
         counters = self.model(model)
-        with self._lock:
-            counters.batches.append(rows)
-            counters.queue_s.extend(queue_s)
-            counters.compute_s.append(compute_s)
-            counters.depth = depth
+        counters.batches.append(rows)
+        counters.queue_s.extend(queue_s)
+        counters.compute_s.append(compute_s)
+        counters.depth = depth

@@ -130,9 +130,13 @@ class ModelScheduler:
         item = QueueItem(inp, ctx, rows, key, self._level(ctx), loop.time(), loop.create_future())
         if remaining is not None:
             item.timer = loop.call_later(remaining, self._expire, item)
-        self._pending.append(item)
-        self._observer.queued(self.key, self.depth)
-        self._wake.set()
+        self._observer.queued(self.key, self.depth + 1)
+        instance = self._free_instance()
+        if not self.batching and not self._pending and instance is not None and self._limit.available():
+            self._start(instance, [item], item.enqueued)  # nothing to choose from: skip the dispatcher
+        else:
+            self._pending.append(item)
+            self._wake.set()
         try:
             return await item.future
         except asyncio.CancelledError:
@@ -185,8 +189,8 @@ class ModelScheduler:
         """Start every batch that can start now; the seconds until a waiting batch is due, or None."""
         loop = asyncio.get_running_loop()
         while self._pending:
-            instance = min(self.instances, key=lambda i: i.active)
-            if instance.active >= self._depth:
+            instance = self._free_instance()
+            if instance is None:
                 return None  # the instance that frees up wakes this scheduler
             if not self._limit.available():
                 self._limit.wait(self._wake.set)
@@ -196,14 +200,27 @@ class ModelScheduler:
             if not batch:
                 return wait_s
             for item in batch:
-                self._remove(item, keep_timer=instance.active > 0)
-                item.prefetched = instance.active > 0
-            instance.active += 1
-            self._limit.acquire()
-            task = loop.create_task(self._run(instance, batch, now))
-            self._running.add(task)  # the loop keeps only weak references to tasks
-            task.add_done_callback(self._running.discard)
+                self._remove(item, keep_timer=True)
+            self._start(instance, batch, now)
         return None
+
+    def _free_instance(self) -> ModelInstance | None:
+        instance = min(self.instances, key=lambda i: i.active)
+        return instance if instance.active < self._depth else None
+
+    def _start(self, instance: ModelInstance, batch: list[QueueItem], now: float) -> None:
+        """Hand a batch (out of the queue) to an instance. On a busy instance's thread it is prefetched:
+        its timers stay, so it can still time out before it starts."""
+        prefetched = instance.active > 0
+        for item in batch:
+            item.prefetched = prefetched
+            if not prefetched and item.timer is not None:
+                item.timer.cancel()
+        instance.active += 1
+        self._limit.acquire()
+        task = asyncio.get_running_loop().create_task(self._run(instance, batch, now))
+        self._running.add(task)  # the loop keeps only weak references to tasks
+        task.add_done_callback(self._running.discard)
 
     def _effective_level(self, item: QueueItem, now: float) -> int:
         return item.level - int((now - item.enqueued) / self._aging_s)
