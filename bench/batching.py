@@ -9,7 +9,8 @@ loopback ports: first with `conf/inference_unbatched.yml`, then with `conf/infer
 level for `--seconds` (after a short warm-up) by a bounded async load: C workers, each sending its
 next request as soon as its answer came back, all with one pre-built request ([1, 512] FP32) so
 that the client does no encoding work. Over HTTP that is the Open Inference Protocol's binary
-tensor extension (`Inference-Header-Content-Length`, `binary_data_output: true`) with aiohttp; with
+tensor extension (`Inference-Header-Content-Length`, `binary_data_output: true`) with a raw
+HTTP/1.1 client (bench/load.py) re-sending pre-built bytes; with
 `--protocol grpc` it is `inference.GRPCInferenceService/ModelInfer` with `raw_input_contents`, sent
 as pre-serialized bytes through a generic `channel.unary_unary`. Before the load, one answer from
 each server is checked against the model run in this process.
@@ -50,13 +51,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any, NoReturn
 
-import aiohttp
 import grpc
 import numpy as np
 import torch
 
 from grps_py.protos import open_inference_pb2
-from load import Load, Send, drive
+from load import Load, RawHttp, Send, drive
 
 ROOT = Path(__file__).resolve().parent.parent
 TORCH_THREADS = 1  # bench/projects/mlp/conf/*.yml: inferer_args.num_threads
@@ -243,23 +243,14 @@ async def load_http(server: Server, levels: list[int], seconds: float, expected:
     path = f"/v2/models/{MODEL_NAME}/infer"
     results: list[Load] = []
     for concurrency in levels:
-        connector = aiohttp.TCPConnector(limit=concurrency)
-        async with aiohttp.ClientSession(
-            f"http://127.0.0.1:{server.http_port}", connector=connector
-        ) as session:
-
-            async def send() -> bytes:
-                async with session.post(path, data=body, headers=headers) as reply:
-                    if reply.status != 200:
-                        raise RuntimeError(f"HTTP {reply.status}: {await reply.text()}")
-                    return await reply.read()
-
+        client = RawHttp("127.0.0.1", server.http_port, path, body, headers)
+        try:
             if not results:  # the first answer is checked against the model run here
-                async with session.post(path, data=body, headers=headers) as reply:
-                    reply.raise_for_status()
-                    length = int(reply.headers["Inference-Header-Content-Length"])
-                    check_output(http_output(await reply.read(), length), expected)
-            results.append(await measure(send, seconds, concurrency))
+                answer = await client.send()
+                check_output(http_output(answer, len(answer) - X.nbytes), expected)  # y is [1, 512] FP32
+            results.append(await measure(client.send, seconds, concurrency))
+        finally:
+            await client.close()
     return results
 
 

@@ -37,3 +37,40 @@ async def drive(send: Send, seconds: float, concurrency: int) -> Load:
         ordered[len(ordered) // 2] * 1e3,
         ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))] * 1e3,
     )
+
+
+class RawHttp:
+    """The cheapest HTTP/1.1 client: keep-alive connections re-sending one pre-built request.
+
+    The load client shares the machine with the server; aiohttp's parsing costs about as much CPU as
+    the server's own work, so the benchmarks send pre-built bytes and read only Content-Length."""
+
+    def __init__(self, host: str, port: int, path: str, body: bytes, headers: dict[str, str]) -> None:
+        head = f"POST {path} HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Length: {len(body)}\r\n"
+        head += "".join(f"{name}: {value}\r\n" for name, value in headers.items())
+        self.request = head.encode() + b"\r\n" + body
+        self.host, self.port = host, port
+        self._idle: asyncio.Queue[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = asyncio.Queue()
+        self._all: list[asyncio.StreamWriter] = []
+
+    async def send(self) -> bytes:
+        """One request on a free connection (a new one when all are busy); the response body."""
+        if self._idle.empty():
+            reader, writer = await asyncio.open_connection(self.host, self.port)
+            self._all.append(writer)
+        else:
+            reader, writer = self._idle.get_nowait()
+        writer.write(self.request)
+        head = await reader.readuntil(b"\r\n\r\n")
+        status = head[9:12]
+        # the line's own start, so Inference-Header-Content-Length does not match
+        length = int(head.lower().split(b"\r\ncontent-length:", 1)[1].split(b"\r\n", 1)[0])
+        body = await reader.readexactly(length)
+        self._idle.put_nowait((reader, writer))
+        if status != b"200":
+            raise RuntimeError(f"HTTP {status.decode()}: {body[:200]!r}")
+        return body
+
+    async def close(self) -> None:
+        for writer in self._all:
+            writer.close()
