@@ -20,6 +20,7 @@ from grps_py.core.executor import Executor
 from grps_py.gpu import apply_gpu_settings, gpu_gc_loop
 from grps_py.grpc.server import build_grpc_server
 from grps_py.http.app import build_app
+from grps_py.logs import ACCESS_FLUSH_S, flush_access_log
 from grps_py.project import load_project
 
 log = logging.getLogger("grps_py.server")
@@ -59,6 +60,7 @@ class GrpsServer:
             self._grpc, self.grpc_port = build_grpc_server(self.executor, self.settings)
             await self._grpc.start()
         log.info("listening: http %s:%s grpc %s", iface.host, self.http_port, self.grpc_port)
+        self._tasks.append(asyncio.ensure_future(_flush_access_log_every(ACCESS_FLUSH_S)))
         if apply_gpu_settings(self.settings.gpu) and self.settings.gpu and self.settings.gpu.mem_gc_enable:
             self._tasks.append(asyncio.ensure_future(gpu_gc_loop(self.settings.gpu)))
         try:
@@ -82,6 +84,7 @@ class GrpsServer:
             await self._grpc.stop(0.5)
         for task in self._tasks:
             task.cancel()
+        flush_access_log()
         self.executor.close()
 
     def request_stop(self) -> None:
@@ -98,6 +101,12 @@ class GrpsServer:
         log.info("stopping: draining in-flight requests")
         await self.stop()
         log.info("stopped")
+
+
+async def _flush_access_log_every(period_s: float) -> None:
+    while True:
+        await asyncio.sleep(period_s)
+        flush_access_log()
 
 
 def _family(host: str) -> socket.AddressFamily:
