@@ -7,18 +7,22 @@ Every error is a ConfigError naming the file, the key, the bad value and what is
 
 from __future__ import annotations
 
-import math
 import re
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NoReturn, TypeGuard
-
-import yaml
+from typing import Any
 
 from grps_py.core.datatypes import DATATYPE_NAMES
-from grps_py.core.errors import ConfigError
 from grps_py.core.signature import TensorSpec
+from grps_py.core.yaml_fields import (
+    Fields,
+    check_unique,
+    is_int,
+    is_number,
+    one_of,
+    read_yaml,
+    resolve_path,
+)
 
 GIB = 1 << 30
 
@@ -206,192 +210,6 @@ _INP_DEVICE_RE = re.compile(r"cpu|cuda|gpu|(?:cuda|gpu):[0-9]+")
 _PORT_RE = re.compile(r"\s*[0-9]{1,5}\s*")
 _DEVICE_EXPECTED = "cpu, cuda, cuda:N, gpu, gpu:N, original or auto"
 _INP_DEVICE_EXPECTED = "cpu, cuda, cuda:N, gpu or gpu:N"
-_TOP_LEVEL = "(top level)"
-
-
-def _fail(source: str, key: str, value: object, expected: str) -> NoReturn:
-    raise ConfigError(f"{source}: {key}: {value!r} is not valid; expected {expected}")
-
-
-def _one_of(choices: Sequence[str]) -> str:
-    return "one of " + ", ".join(repr(choice) for choice in choices)
-
-
-_Allowed = Sequence[str] | re.Pattern[str]
-
-
-def _allows(allowed: _Allowed, value: str) -> bool:
-    if isinstance(allowed, re.Pattern):
-        return allowed.fullmatch(value) is not None
-    return not allowed or value in allowed
-
-
-def _describe(allowed: _Allowed) -> str:
-    if isinstance(allowed, re.Pattern) or not allowed:
-        return "a non-empty string"
-    return _one_of(allowed)
-
-
-def _is_int(value: object) -> TypeGuard[int]:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_number(value: object) -> TypeGuard[int | float]:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-class _Fields:
-    """One YAML mapping being read. It knows its file and key path, so every error names both."""
-
-    def __init__(self, data: object, source: str, prefix: str, allowed: Sequence[str]) -> None:
-        self.source, self.prefix = source, prefix
-        if data is None:
-            data = {}
-        if not isinstance(data, dict):
-            _fail(source, prefix or _TOP_LEVEL, data, "a mapping with keys " + ", ".join(allowed))
-        for name in data:
-            if name not in allowed:
-                raise ConfigError(
-                    f"{source}: {self.key(str(name))}: unknown key; allowed keys: {', '.join(allowed)}"
-                )
-        self.data: dict[str, object] = data
-
-    def key(self, name: str) -> str:
-        return f"{self.prefix}.{name}" if self.prefix else name
-
-    def get(self, name: str) -> object:
-        """The raw value; None when the key is absent or null (both mean "use the default")."""
-        return self.data.get(name)
-
-    def fail(self, name: str, value: object, expected: str) -> NoReturn:
-        _fail(self.source, self.key(name), value, expected)
-
-    def missing(self, name: str, expected: str) -> NoReturn:
-        raise ConfigError(f"{self.source}: {self.key(name)}: missing; expected {expected}")
-
-    def opt_text(self, name: str, allowed: _Allowed = (), expected: str | None = None) -> str | None:
-        """A non-empty string, one of `allowed` (choices, or a regex it must match in full)."""
-        value = self.get(name)
-        if value is None:
-            return None
-        if isinstance(value, str) and value and _allows(allowed, value):
-            return value
-        self.fail(name, value, expected or _describe(allowed))
-
-    def req_text(self, name: str, allowed: _Allowed = (), expected: str | None = None) -> str:
-        value = self.opt_text(name, allowed, expected)
-        if value is None:
-            self.missing(name, expected or _describe(allowed))
-        return value
-
-    def integer(self, name: str, default: int, minimum: int) -> int:
-        value = self.get(name)
-        if value is None:
-            return default
-        if _is_int(value) and value >= minimum:
-            return value
-        self.fail(name, value, f"an integer >= {minimum}")
-
-    def number(self, name: str, default: float, minimum: float) -> float:
-        value = self.get(name)
-        if value is None:
-            return default
-        if _is_number(value) and math.isfinite(value) and value >= minimum:
-            return float(value)
-        self.fail(name, value, f"a number >= {minimum:g}")
-
-    def boolean(self, name: str, default: bool) -> bool:
-        value = self.get(name)
-        if value is None:
-            return default
-        if isinstance(value, bool):
-            return value
-        self.fail(name, value, "true or false")
-
-    def mapping(self, name: str) -> dict[str, Any]:
-        value = self.get(name)
-        if value is None:
-            return {}
-        if isinstance(value, dict) and all(isinstance(key, str) for key in value):
-            return dict(value)
-        self.fail(name, value, "a mapping with string keys")
-
-    def int_list(self, name: str, minimum: int) -> tuple[int, ...]:
-        value = self.get(name)
-        if value is None:
-            return ()
-        if isinstance(value, list) and all(_is_int(item) and item >= minimum for item in value):
-            return tuple(value)
-        self.fail(name, value, f"a list of integers >= {minimum}")
-
-    def text_list(self, name: str) -> tuple[str, ...]:
-        value = self.get(name)
-        if value is None:
-            return ()
-        if isinstance(value, list) and all(isinstance(item, str) and item for item in value):
-            return tuple(value)
-        self.fail(name, value, "a list of non-empty strings")
-
-    def file_path(self, name: str, project_dir: Path, required_why: str | None = None) -> Path | None:
-        """A path resolved against project_dir; it must exist. Required when `required_why` is given."""
-        value = self.opt_text(name)
-        if value is None:
-            if required_why is not None:
-                self.missing(name, f"a path {required_why}")
-            return None
-        path = _resolve(value, project_dir)
-        if not path.exists():
-            self.fail(name, value, f"an existing path (resolved to {path}, which does not exist)")
-        return path
-
-    def shape(self, name: str) -> tuple[int, ...] | None:
-        value = self.get(name)
-        if value is None:
-            return None
-        if isinstance(value, list) and all(_is_int(item) and item >= -1 for item in value):
-            return tuple(value)
-        self.fail(name, value, "a list of dimensions, each an integer >= 0 or -1 for a variable size")
-
-    def section(self, name: str, allowed: Sequence[str]) -> _Fields:
-        return _Fields(self.get(name), self.source, self.key(name), allowed)
-
-    def items(self, name: str, allowed: Sequence[str], required: bool = True) -> list[_Fields]:
-        """A non-empty list of mappings, each read with the key path `name[i]` (may be absent if optional)."""
-        value = self.get(name)
-        if value is None:
-            if not required:
-                return []
-            self.missing(name, "a non-empty list")
-        if not isinstance(value, list) or not value:
-            self.fail(name, value, "a non-empty list")
-        return [_Fields(item, self.source, f"{self.key(name)}[{i}]", allowed) for i, item in enumerate(value)]
-
-
-def _resolve(value: str, project_dir: Path) -> Path:
-    path = Path(value)
-    return path if path.is_absolute() else project_dir / path
-
-
-def _check_unique(source: str, entries: Sequence[tuple[str, str]], what: str) -> None:
-    """`entries` are (key path, value) pairs; a value seen twice is an error at its second place."""
-    seen: dict[str, str] = {}
-    for key, value in entries:
-        if value in seen:
-            _fail(source, key, value, f"a unique {what} (already used by {seen[value]})")
-        seen[value] = key
-
-
-def _read_yaml(path: Path) -> object:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError as exc:
-        raise ConfigError(f"{path}: file not found") from exc
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{path}: cannot read the file: {exc}") from exc
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: invalid YAML: {exc}") from exc
 
 
 # --- server.yml ------------------------------------------------------------------------------------
@@ -399,12 +217,12 @@ def _read_yaml(path: Path) -> object:
 
 def load_server_settings(path: Path, project_dir: Path) -> ServerSettings:
     """Read and validate server.yml. An empty file means all defaults."""
-    return parse_server_settings(_read_yaml(path), str(path), project_dir)
+    return parse_server_settings(read_yaml(path), str(path), project_dir)
 
 
 def parse_server_settings(data: object, source: str, project_dir: Path) -> ServerSettings:
     """Validate already-loaded server.yml data; `source` names the file in messages."""
-    fields = _Fields(data, source, "", _SERVER_KEYS)
+    fields = Fields(data, source, "", _SERVER_KEYS)
     defaults = ServerSettings()
     gpu = fields.get("gpu")
     return ServerSettings(
@@ -420,7 +238,7 @@ def parse_server_settings(data: object, source: str, project_dir: Path) -> Serve
     )
 
 
-def _parse_interface(fields: _Fields) -> InterfaceSettings:
+def _parse_interface(fields: Fields) -> InterfaceSettings:
     defaults = InterfaceSettings()
     framework = fields.opt_text("framework", _FRAMEWORKS) or defaults.framework
     http_port, grpc_port = _parse_ports(fields, framework)
@@ -435,7 +253,7 @@ def _parse_interface(fields: _Fields) -> InterfaceSettings:
     )
 
 
-def _parse_ports(fields: _Fields, framework: str) -> tuple[int, int | None]:
+def _parse_ports(fields: Fields, framework: str) -> tuple[int, int | None]:
     """`port` is "HTTP,GRPC" for http+grpc and "HTTP" (or an int) for http; 0 picks a free port."""
     value = fields.get("port")
     count = 2 if framework == "http+grpc" else 1
@@ -445,7 +263,7 @@ def _parse_ports(fields: _Fields, framework: str) -> tuple[int, int | None]:
     shape = '"HTTP,GRPC", e.g. "7080,7081"' if count == 2 else "one HTTP port, e.g. 7080"
     expected = f"{shape} when interface.framework is {framework!r}; each port 0..65535"
     ports: list[int] = []
-    if _is_int(value):
+    if is_int(value):
         ports = [value]
     elif isinstance(value, str) and all(_PORT_RE.fullmatch(part) for part in value.split(",")):
         ports = [int(part) for part in value.split(",")]
@@ -456,7 +274,7 @@ def _parse_ports(fields: _Fields, framework: str) -> tuple[int, int | None]:
     return ports[0], ports[1] if count == 2 else None
 
 
-def _parse_custom_http(fields: _Fields) -> CustomizedPredictHttp:
+def _parse_custom_http(fields: Fields) -> CustomizedPredictHttp:
     path = fields.opt_text("path")
     if path is not None and not path.startswith("/"):
         fields.fail("path", path, 'a URL path starting with "/"')
@@ -474,7 +292,7 @@ def _parse_custom_http(fields: _Fields) -> CustomizedPredictHttp:
     )
 
 
-def _parse_gpu(fields: _Fields) -> GpuSettings:
+def _parse_gpu(fields: Fields) -> GpuSettings:
     defaults = GpuSettings()
     return GpuSettings(
         devices=fields.int_list("devices", 0),
@@ -485,10 +303,10 @@ def _parse_gpu(fields: _Fields) -> GpuSettings:
     )
 
 
-def _parse_log(fields: _Fields, project_dir: Path) -> LogSettings:
+def _parse_log(fields: Fields, project_dir: Path) -> LogSettings:
     log_dir = fields.opt_text("log_dir")
     return LogSettings(
-        log_dir=None if log_dir is None else _resolve(log_dir, project_dir),
+        log_dir=None if log_dir is None else resolve_path(log_dir, project_dir),
         log_backup_count=fields.integer("log_backup_count", LogSettings().log_backup_count, 0),
     )
 
@@ -498,22 +316,22 @@ def _parse_log(fields: _Fields, project_dir: Path) -> LogSettings:
 
 def load_inference_settings(path: Path, project_dir: Path) -> InferenceSettings:
     """Read and validate inference.yml; `models` and `dag` are required."""
-    return parse_inference_settings(_read_yaml(path), str(path), project_dir)
+    return parse_inference_settings(read_yaml(path), str(path), project_dir)
 
 
 def parse_inference_settings(data: object, source: str, project_dir: Path) -> InferenceSettings:
     """Validate already-loaded inference.yml data. DAG topology is checked by the DAG builder."""
-    fields = _Fields(data, source, "", _INFERENCE_KEYS)
+    fields = Fields(data, source, "", _INFERENCE_KEYS)
     items = fields.items("models", _MODEL_KEYS)
     models = tuple(_parse_model(item, i, project_dir) for i, item in enumerate(items))
-    _check_unique(source, [(f"models[{i}]", model.key) for i, model in enumerate(models)], "name-version")
+    check_unique(source, [(f"models[{i}]", model.key) for i, model in enumerate(models)], "name-version")
     if fields.get("dag") is None:
         fields.missing("dag", "a mapping with keys " + ", ".join(_DAG_KEYS))
     dag = _parse_dag(fields.section("dag", _DAG_KEYS), tuple(model.key for model in models))
     return InferenceSettings(models=models, dag=dag, source=source)
 
 
-def _parse_model(fields: _Fields, index: int, project_dir: Path) -> ModelSettings:
+def _parse_model(fields: Fields, index: int, project_dir: Path) -> ModelSettings:
     name = fields.req_text("name")
     version = _parse_version(fields)
     device, inp_device = _parse_device(fields)
@@ -547,7 +365,7 @@ def _parse_model(fields: _Fields, index: int, project_dir: Path) -> ModelSetting
     )
 
 
-def _parse_scheduling(fields: _Fields, project_dir: Path) -> dict[str, Any]:
+def _parse_scheduling(fields: Fields, project_dir: Path) -> dict[str, Any]:
     """Instances, timeouts, priorities and warmup (Triton's instance_group, queue policy, warmup)."""
     defaults = ModelSettings(name="", version="", inferer_type="customized")
     levels = fields.integer("priority_levels", defaults.priority_levels, 1)
@@ -570,7 +388,7 @@ def _parse_scheduling(fields: _Fields, project_dir: Path) -> dict[str, Any]:
     }
 
 
-def _parse_warmup(fields: _Fields, project_dir: Path) -> WarmupSettings:
+def _parse_warmup(fields: Fields, project_dir: Path) -> WarmupSettings:
     defaults = WarmupSettings()
     kind = fields.opt_text("kind", _WARMUP_KINDS) or defaults.kind
     path = fields.file_path(
@@ -584,7 +402,7 @@ def _parse_warmup(fields: _Fields, project_dir: Path) -> WarmupSettings:
     )
 
 
-def _parse_tensors(fields: _Fields, key: str) -> tuple[TensorSpec, ...]:
+def _parse_tensors(fields: Fields, key: str) -> tuple[TensorSpec, ...]:
     """`inputs` / `outputs`: [{name, datatype, shape}] with OIP datatype names; shape may be left out."""
     specs = tuple(
         TensorSpec(
@@ -594,20 +412,20 @@ def _parse_tensors(fields: _Fields, key: str) -> tuple[TensorSpec, ...]:
         )
         for item in fields.items(key, _TENSOR_KEYS, required=False)
     )
-    _check_unique(
+    check_unique(
         fields.source, [(f"{fields.key(key)}[{i}].name", s.name) for i, s in enumerate(specs)], "name"
     )
     return specs
 
 
-def _parse_version(fields: _Fields) -> str:
+def _parse_version(fields: Fields) -> str:
     value = fields.get("version")
-    if _is_number(value):  # `version: 1.0` is a YAML float; grps treats it as the string "1.0"
+    if is_number(value):  # `version: 1.0` is a YAML float; grps treats it as the string "1.0"
         return str(value)
     return fields.req_text("version", expected="a version string, e.g. '1.0.0'")
 
 
-def _parse_device(fields: _Fields) -> tuple[str, str | None]:
+def _parse_device(fields: Fields) -> tuple[str, str | None]:
     device = fields.opt_text("device", _DEVICE_RE, _DEVICE_EXPECTED) or "auto"
     inp_device = fields.opt_text("inp_device", _INP_DEVICE_RE, _INP_DEVICE_EXPECTED)
     if device == "original" and inp_device is None:
@@ -615,15 +433,15 @@ def _parse_device(fields: _Fields) -> tuple[str, str | None]:
     return device, inp_device
 
 
-def _parse_inferer_type(fields: _Fields) -> str:
+def _parse_inferer_type(fields: Fields) -> str:
     value = fields.get("inferer_type")
     if isinstance(value, str) and value.lower() in _UNSUPPORTED_INFERERS:
-        supported = _one_of(_INFERER_TYPES)
+        supported = one_of(_INFERER_TYPES)
         fields.fail("inferer_type", value, f"{supported} ({value} is not supported by grps-py)")
     return fields.req_text("inferer_type", _INFERER_TYPES)
 
 
-def _parse_batching(fields: _Fields) -> BatchingSettings:
+def _parse_batching(fields: Fields) -> BatchingSettings:
     defaults = BatchingSettings()
     max_batch_size = fields.integer("max_batch_size", defaults.max_batch_size, 1)
     preferred = fields.int_list("preferred_batch_size", 1)
@@ -640,16 +458,16 @@ def _parse_batching(fields: _Fields) -> BatchingSettings:
     )
 
 
-def _parse_dag(fields: _Fields, model_keys: tuple[str, ...]) -> DagSettings:
+def _parse_dag(fields: Fields, model_keys: tuple[str, ...]) -> DagSettings:
     dag_type = fields.opt_text("type", _DAG_TYPES) or "sequential"
     name = fields.req_text("name")
     nodes = tuple(_parse_node(item, dag_type, model_keys) for item in fields.items("nodes", _NODE_KEYS))
     names = [(f"dag.nodes[{i}].name", node.name) for i, node in enumerate(nodes)]
-    _check_unique(fields.source, names, "node name")
+    check_unique(fields.source, names, "node name")
     return DagSettings(name=name, type=dag_type, nodes=nodes)
 
 
-def _parse_node(fields: _Fields, dag_type: str, model_keys: tuple[str, ...]) -> DagNodeSettings:
+def _parse_node(fields: Fields, dag_type: str, model_keys: tuple[str, ...]) -> DagNodeSettings:
     inputs = fields.get("inputs")
     if inputs is not None and dag_type != "graph":
         fields.fail("inputs", inputs, f"no inputs (only a dag of type 'graph' has them, not {dag_type!r})")
