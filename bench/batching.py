@@ -27,7 +27,9 @@ max_batch_size 32, no batch can hold more than min(C, 32) rows, so that is the m
 give at that level. A batched/ceiling ratio far below 1 says serving overhead, or batches smaller
 than possible, is what limits throughput.
 
-The whole run is bounded (about a minute at the defaults), talks to 127.0.0.1 only, and stops every
+Both servers run at once and are driven in turns (level by level, `--rounds` times, alternating
+which goes first); the table shows the median of the rounds. The whole run is bounded (a few minutes
+at the defaults), talks to 127.0.0.1 only, and stops every
 server it started, also on Ctrl-C or an error.
 """
 
@@ -42,6 +44,7 @@ import os
 import platform
 import queue
 import re
+import statistics
 import subprocess
 import sys
 import threading
@@ -328,6 +331,7 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=5.0, help="measured seconds per level (default 5)")
     parser.add_argument("--protocol", choices=("http", "grpc"), default="http")
     parser.add_argument("--concurrency", type=levels_arg, default=[1, 4, 16, 64], help="default 1,4,16,64")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds; medians are reported")
     args = parser.parse_args()
     print(describe_machine(args), flush=True)
     ensure_model()
@@ -335,13 +339,33 @@ def main() -> int:
     with torch.inference_mode():
         expected = model(torch.from_numpy(X)).numpy()
     load = load_http if args.protocol == "http" else load_grpc
-    results: dict[str, list[Load]] = {}
-    for label, conf in (("unbatched", "inference_unbatched.yml"), ("batched", "inference_batched.yml")):
-        with serving(conf) as server:
+    runs: dict[str, dict[int, list[Load]]] = {"unbatched": {}, "batched": {}}
+    with serving("inference_unbatched.yml") as unbatched, serving("inference_batched.yml") as batched:
+        servers = {"unbatched": unbatched, "batched": batched}
+        for label, server in servers.items():
             print(f"{label}: serving on 127.0.0.1:{server.http_port} (gRPC {server.grpc_port})", flush=True)
-            results[label] = asyncio.run(load(server, args.concurrency, args.seconds, expected))
-    report(args.concurrency, results["unbatched"], results["batched"], ceiling(model))
+        # Both servers run at once and take turns, level by level, round by round (the order
+        # alternates), so a noisy stretch of the shared machine hits both alike.
+        for round_index in range(args.rounds):
+            for level in args.concurrency:
+                order = list(servers) if round_index % 2 == 0 else list(reversed(servers))
+                for label in order:
+                    (result,) = asyncio.run(load(servers[label], [level], args.seconds, expected))
+                    runs[label].setdefault(level, []).append(result)
+    medians = {
+        label: [median_load(by_level[level]) for level in args.concurrency]
+        for label, by_level in runs.items()
+    }
+    report(args.concurrency, medians["unbatched"], medians["batched"], ceiling(model))
     return 0
+
+
+def median_load(loads: list[Load]) -> Load:
+    return Load(
+        statistics.median(x.requests_per_s for x in loads),
+        statistics.median(x.p50_ms for x in loads),
+        statistics.median(x.p99_ms for x in loads),
+    )
 
 
 if __name__ == "__main__":
