@@ -363,6 +363,16 @@ def test_warmup_gates_readiness() -> None:
         server.stop()
 
 
+def test_a_failing_warmup_stops_start_up() -> None:
+    from grps_py.core.errors import ModelLoadError
+
+    conf = SCHED / "conf" / "inference_warmup_bad.yml"
+    with pytest.raises(
+        ModelLoadError, match="model 'warm-1' failed its warmup: model 'warm-1' failed: KeyError: 'x'"
+    ):
+        start_project(SCHED, inference_conf=conf)
+
+
 def _warm_server() -> Any:
     from grps_py.server import GrpsServer
 
