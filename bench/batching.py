@@ -15,17 +15,12 @@ HTTP/1.1 client (bench/load.py) re-sending pre-built bytes; with
 as pre-serialized bytes through a generic `channel.unary_unary`. Before the load, one answer from
 each server is checked against the model run in this process.
 
-Last, with both servers stopped, the same TorchScript file is run in this process (inference mode,
-one torch thread, as the served model is configured) at batch sizes 1, 2, 4, 8, 16 and 32: its rows/s is
-the ceiling a server could reach if serving cost nothing.
-
-Batch sizes: the batches the server really formed are recorded inside the server process only (the
-executor's ModelStats), which no HTTP or gRPC route serves yet, so this bench does not report them.
-It compares each concurrency level C instead with the in-process ceiling at the measured batch size
-closest to min(C, 32): with C clients that each wait for their answer before sending again and
-max_batch_size 32, no batch can hold more than min(C, 32) rows, so that is the most batching could
-give at that level. A batched/ceiling ratio far below 1 says serving overhead, or batches smaller
-than possible, is what limits throughput.
+Batch sizes: around each batched level the bench reads the batched server's scheduler totals
+(batches and rows run, in its grps model metadata), so it knows the mean batch the server really
+formed at that level. Last, the same TorchScript file is run in this process (inference mode, one
+torch thread, as the served model is configured) at those batch sizes: its rows/s is the ceiling a
+server could reach if serving cost nothing. A batched/ceiling ratio far below 1 with full batches
+says the serving path, not batching, is what limits throughput.
 
 Both servers run at once and are driven in turns (level by level, `--rounds` times, alternating
 which goes first); the table shows the median of the rounds. The whole run is bounded (a few minutes
@@ -49,6 +44,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from collections import deque
 from collections.abc import Iterator
 from pathlib import Path
@@ -57,6 +53,7 @@ from typing import IO, Any, NoReturn
 import grpc
 import numpy as np
 import torch
+import yaml
 
 from grps_py.protos import open_inference_pb2
 from load import Load, RawHttp, Send, drive
@@ -68,7 +65,6 @@ MODEL_PATH = PROJECT / "models/mlp.pt"
 MODEL_NAME = "mlp"
 FEATURES = 512
 MAX_BATCH_SIZE = 32  # as in conf/inference_batched.yml
-CEILING_SIZES = (1, 2, 4, 8, 16, 32)
 START_TIMEOUT_S = 90.0
 STOP_TIMEOUT_S = 15.0
 X = np.random.default_rng(7).standard_normal((1, FEATURES), dtype=np.float32)
@@ -97,12 +93,12 @@ def load_model() -> Any:
     return _jit_load(str(MODEL_PATH), map_location="cpu").eval()
 
 
-def ceiling(model: Any, seconds: float = 0.6) -> dict[int, float]:
+def ceiling(model: Any, sizes: list[int], seconds: float = 0.6) -> dict[int, float]:
     """Rows/s of the model called directly, per batch size."""
     rows_per_s: dict[int, float] = {}
     torch.set_num_threads(TORCH_THREADS)  # as the served model (inferer_args.num_threads)
     with torch.inference_mode():
-        for size in CEILING_SIZES:
+        for size in sorted(set(sizes)):
             x = torch.from_numpy(np.repeat(X, size, axis=0))
             for _ in range(5):
                 model(x)
@@ -114,10 +110,16 @@ def ceiling(model: Any, seconds: float = 0.6) -> dict[int, float]:
     return rows_per_s
 
 
-def closest_size(concurrency: int) -> int:
-    """The measured batch size nearest the largest batch C clients can form (ties: the smaller)."""
-    most = min(concurrency, MAX_BATCH_SIZE)
-    return min(CEILING_SIZES, key=lambda size: (abs(size - most), size))
+def formed(server: Server) -> tuple[int, int]:
+    """Batches and rows the batched server has run so far (its model metadata's scheduler totals)."""
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{server.http_port}/grps/v1/metadata/model",
+        data=json.dumps({"str_data": f"{MODEL_NAME}-1"}).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=30) as reply:
+        stats = yaml.safe_load(json.loads(reply.read())["str_data"])["scheduler"]
+    return int(stats["batches_run"]), int(stats["rows_run"])
 
 
 # -- the server --------------------------------------------------------------------------------------
@@ -296,24 +298,27 @@ def describe_machine(args: argparse.Namespace) -> str:
 
 
 def report(
-    levels: list[int], unbatched: list[Load], batched: list[Load], rows_per_s: dict[int, float]
+    levels: list[int],
+    unbatched: list[Load],
+    batched: list[Load],
+    mean_rows: list[float],
+    rows_per_s: dict[int, float],
 ) -> None:
     print("in-process ceiling rows/s: " + ", ".join(f"batch {s}: {r:.0f}" for s, r in rows_per_s.items()))
     head = (
         f"{'conc':>4} | {'unbatched req/s':>15} {'p50 ms':>7} {'p99 ms':>7} "
         f"| {'batched req/s':>13} {'p50 ms':>7} {'p99 ms':>7} | {'batched/unbatched':>17} "
-        f"| {'ceiling rows/s (batch)':>22} | {'batched/ceiling':>15}"
+        f"| {'batch formed':>12} | {'ceiling rows/s':>14} | {'batched/ceiling':>15}"
     )
     print(head)
     print("-" * len(head))
-    for concurrency, off, on in zip(levels, unbatched, batched, strict=True):
-        size = closest_size(concurrency)
-        top = rows_per_s[size]
+    for concurrency, off, on, rows in zip(levels, unbatched, batched, mean_rows, strict=True):
+        top = rows_per_s[max(1, round(rows))]
         print(
             f"{concurrency:>4} | {off.requests_per_s:>15.0f} {off.p50_ms:>7.2f} {off.p99_ms:>7.2f} "
             f"| {on.requests_per_s:>13.0f} {on.p50_ms:>7.2f} {on.p99_ms:>7.2f} "
             f"| {on.requests_per_s / off.requests_per_s:>16.2f}x "
-            f"| {f'{top:.0f} ({size})':>22} | {on.requests_per_s / top:>15.2f}"
+            f"| {rows:>12.1f} | {top:>14.0f} | {on.requests_per_s / top:>15.2f}"
         )
 
 
@@ -340,6 +345,7 @@ def main() -> int:
         expected = model(torch.from_numpy(X)).numpy()
     load = load_http if args.protocol == "http" else load_grpc
     runs: dict[str, dict[int, list[Load]]] = {"unbatched": {}, "batched": {}}
+    sizes: dict[int, list[float]] = {}  # mean rows per batch the batched server formed, per level
     with serving("inference_unbatched.yml") as unbatched, serving("inference_batched.yml") as batched:
         servers = {"unbatched": unbatched, "batched": batched}
         for label, server in servers.items():
@@ -350,13 +356,21 @@ def main() -> int:
             for level in args.concurrency:
                 order = list(servers) if round_index % 2 == 0 else list(reversed(servers))
                 for label in order:
+                    before = formed(batched)
                     (result,) = asyncio.run(load(servers[label], [level], args.seconds, expected))
                     runs[label].setdefault(level, []).append(result)
+                    if label == "batched":
+                        batches, rows = (
+                            now - then for now, then in zip(formed(batched), before, strict=True)
+                        )
+                        sizes.setdefault(level, []).append(rows / max(batches, 1))
     medians = {
         label: [median_load(by_level[level]) for level in args.concurrency]
         for label, by_level in runs.items()
     }
-    report(args.concurrency, medians["unbatched"], medians["batched"], ceiling(model))
+    mean_rows = [statistics.median(sizes[level]) for level in args.concurrency]
+    rows_per_s = ceiling(model, [max(1, round(rows)) for rows in mean_rows])
+    report(args.concurrency, medians["unbatched"], medians["batched"], mean_rows, rows_per_s)
     return 0
 
 

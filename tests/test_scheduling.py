@@ -14,6 +14,7 @@ import grpc
 import httpx
 import numpy as np
 import pytest
+import yaml
 
 from grps_py.protos import grps_pb2, grps_pb2_grpc
 from oip_clients import OipClient
@@ -143,6 +144,21 @@ def test_batches_never_exceed_max_rows_and_answers_split_back(oip: Oip) -> None:
         np.testing.assert_array_equal(answer.outputs["y"], x * 2)
     rows = [r for r, _ in log("rows")]
     assert sum(rows) == 36 and max(rows) <= 8 and max(rows) == 6  # two 3-row requests fit, three do not
+
+
+def test_model_metadata_reports_the_batches_formed(oip: Oip, sched: ServerThread) -> None:
+    def scheduler_stats() -> dict[str, Any]:
+        reply = httpx.post(
+            f"{sched.http_url}/grps/v1/metadata/model", json={"str_data": "rows-1"}, timeout=30
+        )
+        return yaml.safe_load(reply.json()["str_data"])["scheduler"]  # type: ignore[no-any-return]
+
+    before = scheduler_stats()
+    concurrently([lambda: oip.infer("rows", {"x": np.ones((2, 2), np.float32)}) for _ in range(4)])
+    after = scheduler_stats()
+    assert after["rows_run"] - before["rows_run"] == 8
+    assert 1 <= after["batches_run"] - before["batches_run"] < 4  # at least two of them went together
+    assert after["recent_batch_rows"]["max"] >= 4
 
 
 def test_a_preferred_size_goes_before_the_timeout(oip: Oip) -> None:

@@ -16,7 +16,7 @@ from grps_py.core.context import STREAM_END
 from grps_py.core.dag import Dag
 from grps_py.core.errors import InvalidInput, ModelNotFound, ModelNotReady
 from grps_py.core.node import ModelNode
-from grps_py.core.observer import ModelStats, SchedulerObserver
+from grps_py.core.observer import FanOut, ModelStats, SchedulerObserver, summary
 from grps_py.core.scheduler import ConcurrencyLimit
 from grps_py.core.types import InferRequest, InferResponse, MessageBridge, PayloadKind
 from grps_py.core.warmup import warm_up
@@ -44,7 +44,8 @@ class Executor:
         self.inference_settings = inference
         self.stats = ModelStats()
         limit = ConcurrencyLimit(server.max_concurrency)
-        self.nodes = {m.key: ModelNode(m, bridge, limit, observer or self.stats) for m in inference.models}
+        observers: SchedulerObserver = FanOut([self.stats, observer]) if observer else self.stats
+        self.nodes = {m.key: ModelNode(m, bridge, limit, observers) for m in inference.models}
         self.dag = Dag(inference.dag, self.nodes, bridge, inference.source)
         self.bridge = bridge
         self.catalog = Catalog(self.nodes, self.dag)
@@ -206,7 +207,9 @@ class Executor:
             "converter_type": s.converter_type or "default",
             "device": s.device,
             "batching": {"type": s.batching.type, "max_batch_size": s.batching.max_batch_size},
+            "instances": len(node.instances),
             "loaded": node.loaded,
+            "scheduler": summary(self.stats.model(node.key)),
         }
         meta.update(node.describe())
         return yaml.safe_dump(meta, sort_keys=False)

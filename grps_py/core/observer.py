@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections import Counter, deque
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 # Why a request left a queue without running.
 QUEUE_FULL = "queue_full"
@@ -33,6 +33,8 @@ class SchedulerObserver(Protocol):
 class ModelCounters:
     depth: int = 0
     queued: int = 0
+    batches_run: int = 0  # totals since start: batches (a lone request is a batch of its rows)
+    rows_run: int = 0
     dropped: Counter[str] = field(default_factory=Counter)
     batches: deque[int] = field(default_factory=lambda: deque(maxlen=_RECENT))  # rows per batch
     queue_s: deque[float] = field(default_factory=lambda: deque(maxlen=_RECENT))
@@ -66,7 +68,46 @@ class ModelStats:
 
     def batch_ran(self, model: str, rows: int, queue_s: list[float], compute_s: float, depth: int) -> None:
         counters = self.model(model)
+        counters.batches_run += 1
+        counters.rows_run += rows
         counters.batches.append(rows)
         counters.queue_s.extend(queue_s)
         counters.compute_s.append(compute_s)
         counters.depth = depth
+
+
+class FanOut:
+    """Reports to several observers (the executor's own ModelStats and, say, a metrics exporter)."""
+
+    def __init__(self, observers: list[SchedulerObserver]) -> None:
+        self._observers = observers
+
+    def queued(self, model: str, depth: int) -> None:
+        for observer in self._observers:
+            observer.queued(model, depth)
+
+    def dropped(self, model: str, reason: str, depth: int) -> None:
+        for observer in self._observers:
+            observer.dropped(model, reason, depth)
+
+    def batch_ran(self, model: str, rows: int, queue_s: list[float], compute_s: float, depth: int) -> None:
+        for observer in self._observers:
+            observer.batch_ran(model, rows, queue_s, compute_s, depth)
+
+
+def summary(counters: ModelCounters) -> dict[str, Any]:
+    """The counters as plain values (for metadata answers): totals, drops, recent batch sizes."""
+    recent = sorted(counters.batches)
+    return {
+        "queue_depth": counters.depth,
+        "requests_queued": counters.queued,
+        "batches_run": counters.batches_run,
+        "rows_run": counters.rows_run,
+        "dropped": dict(counters.dropped),
+        "recent_batch_rows": {
+            "count": len(recent),
+            "mean": round(sum(recent) / len(recent), 2) if recent else 0,
+            "median": recent[len(recent) // 2] if recent else 0,
+            "max": recent[-1] if recent else 0,
+        },
+    }
