@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import signal
 import socket
@@ -65,6 +66,10 @@ class GrpsServer:
             self._tasks.append(asyncio.ensure_future(gpu_gc_loop(self.settings.gpu)))
         try:
             await self.executor.start()
+            # Everything alive now (torch, models, modules) lives as long as the process: freeze it so
+            # the cyclic GC does not rescan that large heap while serving.
+            gc.collect()
+            gc.freeze()
         except BaseException:
             await self.stop(grace_s=0)  # release the ports before reporting the failure
             raise

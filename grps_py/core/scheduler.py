@@ -262,6 +262,7 @@ class ModelScheduler:
         compute_s = loop.time() - started
         self._observer.batch_ran(self.key, sum(item.rows for item in batch), queue_s, compute_s, self.depth)
         for item, (out, err) in zip(batch, outcomes, strict=True):
+            item.ctx.postprocess = None  # the instance's closure holds the context: no cycle left for the GC
             if item.future.done():  # the caller gave up while it ran
                 continue
             if err is not None:
