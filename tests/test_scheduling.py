@@ -269,7 +269,8 @@ def test_higher_priority_runs_first(grps: Grps, sched: ServerThread) -> None:
     threading.Timer(1.0, models().RELEASE.set).start()
     concurrently(calls, stagger_s=0.05)
     holder.join(10)
-    assert log("prio") == ["high0", "high1", "high2", "low0", "low1", "low2"]
+    ran = log("prio")  # within a level the order is arrival order, which a loaded machine may shuffle
+    assert set(ran[:3]) == {"high0", "high1", "high2"} and set(ran[3:]) == {"low0", "low1", "low2"}
 
 
 def test_lower_levels_age_instead_of_starving(grps: Grps, sched: ServerThread) -> None:
