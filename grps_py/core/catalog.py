@@ -113,7 +113,7 @@ class Catalog:
         cached = self._cache.get(key)
         if cached is not None:
             return cached
-        entry = self._build(name, version, key)
+        entry = self._build(key)
         if self._signature_final(key):
             self._cache[key] = entry
         return entry
@@ -122,7 +122,7 @@ class Catalog:
         nodes = [self._nodes[key]] if key in self._nodes else list(self._dag.nodes)
         return all(node.loaded for node in nodes)
 
-    def _build(self, name: str, version: str, key: str) -> ModelEntry:
+    def _build(self, key: str) -> ModelEntry:
         node = self._nodes.get(key)
         if node is not None:
             return self._node_entry(node)

@@ -130,13 +130,13 @@ class ModelScheduler:
         item = QueueItem(inp, ctx, rows, key, self._level(ctx), loop.time(), loop.create_future())
         if remaining is not None:
             item.timer = loop.call_later(remaining, self._expire, item)
-        self._observer.queued(self.key, self.depth + 1)
         instance = self._free_instance()
         if not self.batching and not self._pending and instance is not None and self._limit.available():
             self._start(instance, [item], item.enqueued)  # nothing to choose from: skip the dispatcher
         else:
             self._pending.append(item)
             self._wake.set()
+        self._observer.queued(self.key, self.depth)
         try:
             return await item.future
         except asyncio.CancelledError:

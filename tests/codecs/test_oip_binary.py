@@ -5,7 +5,6 @@ from __future__ import annotations
 import struct
 from typing import Any
 
-import ml_dtypes
 import numpy as np
 import pytest
 from tritonclient.utils import deserialize_bytes_tensor, serialize_byte_tensor
@@ -18,22 +17,8 @@ from grps_py.codecs.oip_binary import (
     tensor_to_bytes,
 )
 from grps_py.core.errors import InvalidInput, ModelError
+from oip_samples import FIXED_SAMPLES
 
-FIXED_SAMPLES: dict[str, np.ndarray[Any, Any]] = {
-    "BOOL": np.array([[True, False, True], [False, False, True]]),
-    "UINT8": np.array([0, 1, 255], dtype=np.uint8),
-    "UINT16": np.array([[0], [65535]], dtype=np.uint16),
-    "UINT32": np.array([0, 2**32 - 1], dtype=np.uint32),
-    "UINT64": np.array([0, 2**53 + 1, 2**64 - 1], dtype=np.uint64),
-    "INT8": np.array([-128, 0, 127], dtype=np.int8),
-    "INT16": np.array([-32768, 32767], dtype=np.int16),
-    "INT32": np.array([[-(2**31)], [2**31 - 1]], dtype=np.int32),
-    "INT64": np.array([-(2**63), 2**53 + 1, 2**63 - 1], dtype=np.int64),
-    "FP16": np.array([0.1, -65504, 6e-8, -0.0], dtype=np.float16),
-    "FP32": np.array([[0.1, 1 / 3], [3.4e38, 1e-45]], dtype=np.float32),
-    "FP64": np.array([0.1, 1e308, 5e-324, -0.0]),
-    "BF16": np.array([1.5, -2, 0.1], dtype=ml_dtypes.bfloat16),
-}
 BYTES_SAMPLES: dict[str, np.ndarray[Any, Any]] = {
     "object-bytes": np.array([[b"a", b""], [b"\x00\xff", "é".encode()]], dtype=object),
     "object-str": np.array(["a", "é", ""], dtype=object),
