@@ -2,8 +2,8 @@
 
     .venv/bin/python bench/batching.py [--seconds 5] [--protocol http|grpc] [--concurrency 1,4,16,64]
 
-Makes `bench/projects/mlp/models/mlp.pt` if it is missing (scripts/make_mlp_model.py: 512 -> 2048 ->
-2048 -> 512, float32), then starts `grps-py serve bench/projects/mlp` twice, one at a time, on free
+Makes `bench/projects/mlp/models/mlp.pt` if it is missing (scripts/make_mlp_model.py: 160 layers of
+512 x 512, float32; its docstring says why deep and narrow), then starts `grps-py serve bench/projects/mlp` twice, one at a time, on free
 loopback ports: first with `conf/inference_unbatched.yml`, then with `conf/inference_batched.yml`
 (dynamic batching, max_batch_size 32, one instance). Each server is driven at every concurrency
 level for `--seconds` (after a short warm-up) by a bounded async load: C workers, each sending its
@@ -74,13 +74,14 @@ X = np.random.default_rng(7).standard_normal((1, FEATURES), dtype=np.float32)
 
 
 def ensure_model() -> None:
-    """Write the model with scripts/make_mlp_model.py's own function when the file is missing."""
-    if MODEL_PATH.exists():
-        return
+    """Write the model with scripts/make_mlp_model.py's own function when the file is missing or
+    holds a network of other sizes (left by an older checkout)."""
     spec = importlib.util.spec_from_file_location("make_mlp_model", ROOT / "scripts/make_mlp_model.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
+    if module.is_current(MODEL_PATH):
+        return
     module.make_model(MODEL_PATH)
     print(f"made {MODEL_PATH.relative_to(ROOT)}")
 
