@@ -36,9 +36,11 @@ class StreamingCtrl:
 
 @dataclass(frozen=True)
 class CustomizedPredictHttp:
-    path: str | None = None  # an extra predict route; None when not configured
+    path: str | None = None  # an extra predict route; None: the entry only sets streaming_ctrl (grps)
     customized_body: bool = False  # True: model code parses the raw body and builds the answer
     streaming_ctrl: StreamingCtrl = field(default_factory=StreamingCtrl)
+    methods: tuple[str, ...] = ("GET", "POST")
+    model: str = ""  # the model (name-version) the route serves unless ?model= names one; "": the DAG
 
 
 @dataclass(frozen=True)
@@ -47,8 +49,15 @@ class InterfaceSettings:
     host: str = "0.0.0.0"
     http_port: int = 7080
     grpc_port: int | None = 7081  # None when framework is http
-    customized_predict_http: CustomizedPredictHttp = field(default_factory=CustomizedPredictHttp)
+    # One entry as grps writes it (a mapping), or several (a list): grps-py's addition.
+    customized_predict_http: tuple[CustomizedPredictHttp, ...] = ()
     max_message_bytes: int = GIB  # gRPC message and HTTP body limit
+
+    @property
+    def predict_streaming_ctrl(self) -> StreamingCtrl:
+        """/grps/v1/infer/predict's streaming control: the first custom entry's, as in grps."""
+        entries = self.customized_predict_http
+        return entries[0].streaming_ctrl if entries else StreamingCtrl()
 
 
 @dataclass(frozen=True)
@@ -164,7 +173,7 @@ _ADDED_SERVER_KEYS = (
 )  # grps-py's additions to grps's keys
 _SERVER_KEYS = ("interface", "max_connections", "max_concurrency", "gpu", "log", *_ADDED_SERVER_KEYS)
 _INTERFACE_KEYS = ("framework", "host", "port", "customized_predict_http", "max_message_bytes")
-_CUSTOM_HTTP_KEYS = ("path", "customized_body", "streaming_ctrl")
+_CUSTOM_HTTP_KEYS = ("path", "customized_body", "streaming_ctrl", "methods", "model")
 _STREAMING_KEYS = ("ctrl_mode", "ctrl_key", "res_content_type")
 _GPU_KEYS = ("devices", "mem_manager_type", "mem_limit_mib", "mem_gc_enable", "mem_gc_interval")
 _LOG_KEYS = ("log_dir", "log_backup_count")
@@ -198,6 +207,9 @@ _NODE_KEYS = ("name", "type", "model", "inputs")
 
 _FRAMEWORKS = ("http", "http+grpc")
 _CTRL_MODES = ("query_param", "header_param", "body_param")
+_HTTP_METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
+# URL spaces of the built-in APIs: a custom route there would shadow or be shadowed by one of ours.
+RESERVED_PATH_PREFIXES = ("/grps/v1/", "/v2/")
 _MEM_MANAGERS = ("torch", "tensorflow", "none")
 _INFERER_TYPES = ("torch", "onnx", "customized")
 _UNSUPPORTED_INFERERS = ("tensorrt", "tensorflow")
@@ -242,13 +254,12 @@ def _parse_interface(fields: Fields) -> InterfaceSettings:
     defaults = InterfaceSettings()
     framework = fields.opt_text("framework", _FRAMEWORKS) or defaults.framework
     http_port, grpc_port = _parse_ports(fields, framework)
-    custom = fields.section("customized_predict_http", _CUSTOM_HTTP_KEYS)
     return InterfaceSettings(
         framework=framework,
         host=fields.opt_text("host") or defaults.host,
         http_port=http_port,
         grpc_port=grpc_port,
-        customized_predict_http=_parse_custom_http(custom),
+        customized_predict_http=_parse_custom_routes(fields),
         max_message_bytes=fields.integer("max_message_bytes", defaults.max_message_bytes, 1),
     )
 
@@ -274,10 +285,29 @@ def _parse_ports(fields: Fields, framework: str) -> tuple[int, int | None]:
     return ports[0], ports[1] if count == 2 else None
 
 
-def _parse_custom_http(fields: Fields) -> CustomizedPredictHttp:
+def _parse_custom_routes(fields: Fields) -> tuple[CustomizedPredictHttp, ...]:
+    """`customized_predict_http` is one mapping (grps) or a list of them, each with its own path."""
+    name = "customized_predict_http"
+    value = fields.get(name)
+    if value is None:
+        return ()
+    if not isinstance(value, list):
+        return (_parse_custom_http(fields.section(name, _CUSTOM_HTTP_KEYS), path_required=False),)
+    routes = [_parse_custom_http(entry) for entry in fields.items(name, _CUSTOM_HTTP_KEYS)]
+    check_unique(
+        fields.source,
+        [(f"{fields.key(name)}[{i}].path", route.path or "") for i, route in enumerate(routes)],
+        "path",
+    )
+    return tuple(routes)
+
+
+def _parse_custom_http(fields: Fields, path_required: bool = True) -> CustomizedPredictHttp:
     path = fields.opt_text("path")
-    if path is not None and not path.startswith("/"):
-        fields.fail("path", path, 'a URL path starting with "/"')
+    if path is None and path_required:
+        fields.missing("path", 'a URL path starting with "/"')
+    if path is not None:
+        _check_custom_path(fields, path)
     ctrl = fields.section("streaming_ctrl", _STREAMING_KEYS)
     defaults = StreamingCtrl()
     streaming_ctrl = StreamingCtrl(
@@ -285,11 +315,24 @@ def _parse_custom_http(fields: Fields) -> CustomizedPredictHttp:
         ctrl_key=ctrl.opt_text("ctrl_key") or defaults.ctrl_key,
         res_content_type=ctrl.opt_text("res_content_type") or defaults.res_content_type,
     )
+    methods = tuple(method.upper() for method in fields.text_list("methods"))
+    if any(method not in _HTTP_METHODS for method in methods):
+        fields.fail("methods", list(methods), f"a list of HTTP methods from {', '.join(_HTTP_METHODS)}")
     return CustomizedPredictHttp(
         path=path,
         customized_body=fields.boolean("customized_body", False),
         streaming_ctrl=streaming_ctrl,
+        methods=methods or CustomizedPredictHttp.methods,
+        model=fields.opt_text("model") or "",
     )
+
+
+def _check_custom_path(fields: Fields, path: str) -> None:
+    if not path.startswith("/") or any(ch.isspace() or ch in "?#" for ch in path):
+        fields.fail("path", path, 'a URL path starting with "/", without spaces, "?" or "#"')
+    for prefix in RESERVED_PATH_PREFIXES:
+        if path.startswith(prefix) or path == prefix.rstrip("/"):
+            fields.fail("path", path, f"a path outside {prefix} (the built-in API's routes live there)")
 
 
 def _parse_gpu(fields: Fields) -> GpuSettings:

@@ -10,36 +10,13 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
 from typing import Any
 
+from grps_py.core.custom_http import HttpRequest, HttpResponse, make_response
 from grps_py.core.types import Payload
 
-
-@dataclass
-class HttpRequest:
-    """The raw HTTP request, for custom routes whose model code parses the body itself."""
-
-    method: str
-    path: str
-    headers: dict[str, str]
-    query: dict[str, list[str]]
-    body: bytes
-
-    def get_query(self, key: str, default: str | None = None) -> str | None:
-        values = self.query.get(key)
-        return values[-1] if values else default
-
-
-@dataclass
-class HttpResponse:
-    """An HTTP answer set by model code on a custom route."""
-
-    body: bytes | str = b""
-    status: int = 200
-    content_type: str = "application/octet-stream"
-    headers: dict[str, str] = field(default_factory=dict)
+__all__ = ["STREAM_END", "GrpsContext", "HttpRequest", "HttpResponse", "StreamEnd"]
 
 
 class StreamEnd:
@@ -80,6 +57,7 @@ class GrpsContext:
         self._loop_thread: int | None = None
         self._sink: asyncio.Queue[Any] | None = None
         self._streamed = 0
+        self._stream_closed = False  # a message sent with final=True was the last one
         # Set by the model node while its code runs, for stream_respond_with_postprocess.
         self.postprocess: Callable[[Any], Payload] | None = None
 
@@ -121,9 +99,10 @@ class GrpsContext:
     def streamed_count(self) -> int:
         return self._streamed
 
-    def _push(self, item: Any) -> None:
-        if self._sink is None or self._loop is None or self._disconnected:
+    def _push(self, item: Any, final: bool) -> None:
+        if self._sink is None or self._loop is None or self._disconnected or self._stream_closed:
             return
+        self._stream_closed = final
         self._streamed += 1
         if threading.get_ident() == self._loop_thread:
             self._sink.put_nowait(item)
@@ -131,10 +110,13 @@ class GrpsContext:
             self._loop.call_soon_threadsafe(self._sink.put_nowait, item)
 
     def stream_respond(self, msg: Any, final: bool = False) -> None:
-        """Send one message of a streaming answer (a GrpsMessage, or a Payload). Ignored unless streaming."""
+        """Send one message of a streaming answer (a GrpsMessage, or a Payload). Ignored unless streaming.
+
+        `final=True` marks the last message: later ones are dropped; the stream ends when the model
+        code returns."""
         if not self._streaming:
             return
-        self._push(msg if isinstance(msg, Payload) else Payload.of_message(msg))
+        self._push(msg if isinstance(msg, Payload) else Payload.of_message(msg), final)
 
     def stream_respond_with_postprocess(self, out: Any, final: bool = False) -> None:
         """Run the model's converter postprocess on `out`, then stream the result."""
@@ -142,13 +124,14 @@ class GrpsContext:
             return
         if self.postprocess is None:
             raise RuntimeError("stream_respond_with_postprocess is only available while model code runs")
-        self._push(self.postprocess(out))
+        self._push(self.postprocess(out), final)
 
     def customized_http_stream_respond(self, data: bytes | str, final: bool = False) -> None:
-        """Send one raw chunk of a custom HTTP route's streaming answer."""
+        """Send one raw chunk of a custom HTTP route's streaming answer (written as is, flushed at once,
+        e.g. one server-sent event `data: ...\n\n`); `final` as for `stream_respond`."""
         if not self._streaming:
             return
-        self._push(Payload.of_bytes(data.encode() if isinstance(data, str) else bytes(data)))
+        self._push(Payload.of_bytes(data.encode() if isinstance(data, str) else bytes(data)), final)
 
     # -- cancellation and deadline -------------------------------------------------------------
     def if_disconnected(self) -> bool:
@@ -174,15 +157,14 @@ class GrpsContext:
 
     def set_http_response(
         self,
-        body: bytes | str | HttpResponse,
+        body: Any,
         status: int = 200,
-        content_type: str = "application/octet-stream",
-        headers: dict[str, str] | None = None,
+        content_type: str | None = None,
+        headers: Mapping[str, str] | None = None,
     ) -> None:
-        if isinstance(body, HttpResponse):
-            self._http_response = body
-        else:
-            self._http_response = HttpResponse(body, status, content_type, dict(headers or {}))
+        """The custom route's answer: str (text/plain), bytes (octet-stream), a dict or list (JSON),
+        an HttpResponse, or a (body, status[, headers]) tuple. `content_type` overrides the default."""
+        self._http_response = make_response(body, status, content_type, headers)
 
     def get_http_response(self) -> HttpResponse | None:
         return self._http_response

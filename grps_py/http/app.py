@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import tornado.web
 
 from grps_py.core.config import ServerSettings
+from grps_py.core.errors import ConfigError
 from grps_py.core.executor import Executor
 from grps_py.http.base import NotFoundHandler
-from grps_py.http.custom import CustomPredictHandler
+from grps_py.http.custom import AliasPredictHandler, CustomPredictHandler
 from grps_py.http.grps import (
     HealthHandler,
     ModelMetadataHandler,
@@ -22,7 +24,7 @@ Route = tuple[str, type[tornado.web.RequestHandler], dict[str, Any]]
 
 
 def grps_routes(executor: Executor, settings: ServerSettings) -> list[Route]:
-    ctrl = settings.interface.customized_predict_http.streaming_ctrl
+    ctrl = settings.interface.predict_streaming_ctrl
     base: dict[str, Any] = {"executor": executor}
     routes: list[Route] = [
         (f"/grps/v1/health/{action}", HealthHandler, {**base, "action": action})
@@ -37,15 +39,32 @@ def grps_routes(executor: Executor, settings: ServerSettings) -> list[Route]:
 
 
 def custom_routes(executor: Executor, settings: ServerSettings) -> list[Route]:
-    custom = settings.interface.customized_predict_http
-    if not custom.path:
-        return []
-    handler = CustomPredictHandler if custom.customized_body else PredictHandler
-    return [(custom.path, handler, {"executor": executor, "streaming_ctrl": custom.streaming_ctrl})]
+    """One route per configured path, matched literally (a "." in it is a dot, not any character)."""
+    routes: list[Route] = []
+    for route in settings.interface.customized_predict_http:
+        if route.path is None:
+            continue
+        handler = CustomPredictHandler if route.customized_body else AliasPredictHandler
+        routes.append((re.escape(route.path), handler, {"executor": executor, "route": route}))
+    return routes
 
 
 def route_table(executor: Executor, settings: ServerSettings) -> list[Route]:
-    return custom_routes(executor, settings) + grps_routes(executor, settings) + oip_routes(executor)
+    builtin = grps_routes(executor, settings) + oip_routes(executor)
+    custom = custom_routes(executor, settings)
+    _refuse_collisions(settings, builtin)
+    return custom + builtin
+
+
+def _refuse_collisions(settings: ServerSettings, builtin: list[Route]) -> None:
+    """A custom path that a built-in route also matches stops start-up: one of them would be unreachable."""
+    for route in settings.interface.customized_predict_http:
+        for pattern, handler, _ in builtin:
+            if route.path is not None and re.fullmatch(pattern, route.path):
+                raise ConfigError(
+                    f"{settings.source}: interface.customized_predict_http: path {route.path!r} is a "
+                    f"built-in route ({handler.__name__}); choose another path"
+                )
 
 
 def build_app(executor: Executor, settings: ServerSettings) -> tornado.web.Application:

@@ -40,6 +40,8 @@ class HealthHandler(BaseHandler):
 class PredictHandler(PredictBase):
     """POST a GrpsMessage as JSON, or raw bytes as application/octet-stream."""
 
+    default_model = ""  # the model when neither the body nor ?model= names one ("": the DAG)
+
     def initialize(self, executor: Executor, streaming_ctrl: StreamingCtrl | None = None, **_: Any) -> None:
         super().initialize(executor)
         self.ctrl = streaming_ctrl or StreamingCtrl()
@@ -69,7 +71,7 @@ class PredictHandler(PredictBase):
 
     async def post(self) -> None:
         payload, model, streaming = self._decode()
-        model = model or self.get_query_argument("model", "") or ""
+        model = model or self.get_query_argument("model", "") or self.default_model
         timeout_s, priority = self.scheduling()
         ctx = GrpsContext(
             streaming=streaming, request_id=self.request_id, deadline_s=timeout_s, priority=priority

@@ -142,10 +142,12 @@ def test_full_server_yml(project: Path) -> None:
             host="127.0.0.1",
             http_port=7080,
             grpc_port=7081,
-            customized_predict_http=CustomizedPredictHttp(
-                path="/custom_predict",
-                customized_body=True,
-                streaming_ctrl=StreamingCtrl("header_param", "stream", "text/plain"),
+            customized_predict_http=(
+                CustomizedPredictHttp(
+                    path="/custom_predict",
+                    customized_body=True,
+                    streaming_ctrl=StreamingCtrl("header_param", "stream", "text/plain"),
+                ),
             ),
             max_message_bytes=1048576,
         ),
@@ -291,6 +293,27 @@ SERVER_ERRORS = [
         id="path-without-slash",
     ),
     pytest.param(
+        "interface.customized_predict_http.path",
+        "/v2/models/m/infer",
+        "interface.customized_predict_http.path",
+        "outside /v2/",
+        id="path-in-the-oip-space",
+    ),
+    pytest.param(
+        "interface.customized_predict_http.path",
+        "/grps/v1/infer/predict",
+        "interface.customized_predict_http.path",
+        "outside /grps/v1/",
+        id="path-of-the-grps-route",
+    ),
+    pytest.param(
+        "interface.customized_predict_http.methods",
+        ["get", "FETCH"],
+        "interface.customized_predict_http.methods",
+        "'FETCH'",
+        id="unknown-method",
+    ),
+    pytest.param(
         "interface.customized_predict_http.streaming_ctrl.ctrl_mode",
         "cookie",
         "interface.customized_predict_http.streaming_ctrl.ctrl_mode",
@@ -327,6 +350,35 @@ def test_server_errors(where: str, value: object, key: str, shown: str, project:
         load_server_settings(path, project)
     message = str(info.value)
     assert str(path) in message and f": {key}: " in message and shown in message
+
+
+def test_custom_routes_as_a_list(project: Path) -> None:
+    data = {
+        "interface": {
+            "customized_predict_http": [
+                {"path": "/a", "methods": ["post"], "model": "m-1"},
+                {"path": "/b", "customized_body": True, "streaming_ctrl": {"ctrl_mode": "body_param"}},
+            ]
+        }
+    }
+    iface = parse_server_settings(data, "server.yml", project).interface
+    first, second = iface.customized_predict_http
+    assert (first.path, first.methods, first.model, first.customized_body) == ("/a", ("POST",), "m-1", False)
+    assert (second.path, second.methods) == ("/b", ("GET", "POST"))
+    assert second.streaming_ctrl.ctrl_mode == "body_param"
+    assert iface.predict_streaming_ctrl == first.streaming_ctrl  # grps: the (first) entry's control
+
+
+@pytest.mark.parametrize(
+    ("routes", "message"),
+    [
+        ([{"path": "/a"}, {"path": "/a"}], r"customized_predict_http\[1\]\.path: '/a' .*already used"),
+        ([{"customized_body": True}], r"customized_predict_http\[0\]\.path: missing"),
+    ],
+)
+def test_custom_route_list_errors(project: Path, routes: list[object], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        parse_server_settings({"interface": {"customized_predict_http": routes}}, "server.yml", project)
 
 
 def test_port_count_must_match_http_framework(project: Path) -> None:
