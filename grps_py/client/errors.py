@@ -1,0 +1,100 @@
+"""The client's one exception, and the status <-> code names it carries.
+
+HTTP statuses and gRPC codes are related through the server's own error table (`grps_py.status`), so
+the same failure reads the same over both protocols: a 404 over HTTP and NOT_FOUND over gRPC both
+give `status=404, code="NOT_FOUND"`.
+"""
+
+from __future__ import annotations
+
+import os
+
+import grpc
+
+from grps_py.status import ERROR_TABLE
+
+__all__ = [
+    "GrpsClientError",
+    "answer_unreadable",
+    "code_for_status",
+    "deadline_exceeded",
+    "status_for_code",
+    "unavailable",
+]
+
+# Statuses and codes the server's table does not use but a proxy or another grps server may send.
+_EXTRA_CODES = {
+    401: "UNAUTHENTICATED",
+    403: "PERMISSION_DENIED",
+    405: "UNIMPLEMENTED",
+    408: "DEADLINE_EXCEEDED",
+    409: "ABORTED",
+    429: "RESOURCE_EXHAUSTED",
+    502: "UNAVAILABLE",
+}
+_EXTRA_STATUSES = {
+    "UNKNOWN": 500,
+    "UNAUTHENTICATED": 401,
+    "PERMISSION_DENIED": 403,
+    "ALREADY_EXISTS": 409,
+    "ABORTED": 409,
+    "FAILED_PRECONDITION": 400,
+    "OUT_OF_RANGE": 400,
+    "DATA_LOSS": 500,
+}
+_CODE_BY_STATUS: dict[int, str] = {}
+_STATUS_BY_CODE: dict[str, int] = {}
+for _wire in ERROR_TABLE.values():  # the first row wins: 500 is INTERNAL, INTERNAL is 500
+    _CODE_BY_STATUS.setdefault(_wire.http, _wire.grpc.name)
+    _STATUS_BY_CODE.setdefault(_wire.grpc.name, _wire.http)
+
+
+def code_for_status(http_status: int) -> str:
+    """The gRPC-style code name for an HTTP status ("UNKNOWN" for one with no meaning to grps)."""
+    return _CODE_BY_STATUS.get(http_status) or _EXTRA_CODES.get(http_status, "UNKNOWN")
+
+
+def status_for_code(code: grpc.StatusCode) -> int:
+    """The HTTP status for a gRPC code (500 for one with no meaning to grps)."""
+    return _STATUS_BY_CODE.get(code.name) or _EXTRA_STATUSES.get(code.name, 500)
+
+
+class GrpsClientError(Exception):
+    """Any failed call: the server's refusal, a timeout, or a server that cannot be reached.
+
+    `status` is an HTTP-style status (400, 404, 503, 504, ...), `code` its gRPC-style name
+    ("INVALID_ARGUMENT", "NOT_FOUND", ...), `message` what the server said (with its request id).
+    """
+
+    def __init__(self, status: int, code: str, message: str) -> None:
+        super().__init__(f"{status} {code}: {message}")
+        self.status = status
+        self.code = code
+        self.message = message
+
+    @classmethod
+    def from_status(cls, http_status: int, message: str) -> GrpsClientError:
+        return cls(http_status, code_for_status(http_status), message)
+
+    @classmethod
+    def from_rpc_error(cls, error: grpc.RpcError) -> GrpsClientError:
+        """A failed gRPC call (`grpc.RpcError` and `grpc.aio.AioRpcError` both have code() and details())."""
+        code: grpc.StatusCode = error.code()
+        details: str = error.details() or code.name
+        return cls(status_for_code(code), code.name, details)
+
+
+def unavailable(where: str, exc: BaseException) -> GrpsClientError:
+    """The server cannot be reached, or dropped the connection: worth retrying later."""
+    errno = exc.errno if isinstance(exc, OSError) else None
+    reason = os.strerror(errno) if errno else str(exc) or type(exc).__name__  # asyncio's text names no cause
+    return GrpsClientError(503, "UNAVAILABLE", f"connection to {where} failed: {reason}")
+
+
+def deadline_exceeded(where: str, timeout_s: float | None) -> GrpsClientError:
+    return GrpsClientError(504, "DEADLINE_EXCEEDED", f"no answer from {where} within {timeout_s} s")
+
+
+def answer_unreadable(what: str) -> GrpsClientError:
+    """The server answered something this client cannot turn into the value asked for."""
+    return GrpsClientError(500, "INTERNAL", what)

@@ -1,0 +1,102 @@
+"""The grps API over gRPC (`grps.protos.v1.GrpsService`), blocking and asyncio.
+
+The blocking calls share one channel. `grpc.aio` channels belong to the event loop that made them,
+so each async stream opens its own and closes it at the end, which also cancels the call when the
+caller leaves the stream early. Timeouts are gRPC deadlines: the server sees them as the request's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator, Callable, Generator
+from typing import Any
+
+import grpc
+
+from grps_py.client.errors import GrpsClientError, deadline_exceeded
+from grps_py.client.values import Reply, Request
+from grps_py.protos import grps_pb2, grps_pb2_grpc
+
+__all__ = ["GrpcTransport"]
+
+Msg = grps_pb2.GrpsMessage
+# The server bounds message sizes (interface.max_message_bytes); the client adds no smaller limit.
+_OPTIONS = [("grpc.max_send_message_length", -1), ("grpc.max_receive_message_length", -1)]
+
+
+def _checked(reply: Msg) -> Msg:
+    """A reply whose envelope says FAILURE is an error (the server uses real status codes instead)."""
+    if reply.status.status == grps_pb2.Status.FAILURE:
+        raise GrpsClientError.from_status(reply.status.code or 500, reply.status.msg)
+    return reply
+
+
+class GrpcTransport:
+    def __init__(self, target: str) -> None:
+        self.target = target
+        self._channel = grpc.insecure_channel(target, options=_OPTIONS)
+        self._stub = grps_pb2_grpc.GrpsServiceStub(self._channel)  # type: ignore[no-untyped-call]
+
+    def _error(self, exc: grpc.RpcError, timeout_s: float | None) -> GrpsClientError:
+        """The server's errors carry its request id; a deadline or connection failure without one is
+        the client's own, and is worded as the HTTP transport words it."""
+        error = GrpsClientError.from_rpc_error(exc)
+        if "request_id=" in error.message:
+            return error
+        if error.code == "DEADLINE_EXCEEDED":
+            return deadline_exceeded(self.target, timeout_s)
+        if error.code == "UNAVAILABLE":
+            return GrpsClientError(503, "UNAVAILABLE", f"connection to {self.target} failed: {error.message}")
+        return error
+
+    def _call(self, rpc: Callable[..., Any], message: Msg, timeout_s: float | None) -> Msg:
+        try:
+            reply: Msg = rpc(message, timeout=timeout_s)
+        except grpc.RpcError as exc:
+            raise self._error(exc, timeout_s) from exc
+        return reply
+
+    def predict(self, request: Request, timeout_s: float | None) -> Reply:
+        return _checked(self._call(self._stub.Predict, request.message(), timeout_s))
+
+    def predict_stream(self, request: Request, timeout_s: float | None) -> Generator[Reply, None, None]:
+        call = self._stub.PredictStreaming(request.message(), timeout=timeout_s)
+        try:
+            for reply in call:
+                yield _checked(reply)
+        except grpc.RpcError as exc:
+            raise self._error(exc, timeout_s) from exc
+        finally:
+            call.cancel()  # a no-op once the stream has ended; stops the model when left early
+
+    async def predict_stream_async(
+        self, request: Request, timeout_s: float | None
+    ) -> AsyncGenerator[Reply, None]:
+        message = request.message()
+        async with grpc.aio.insecure_channel(self.target, options=_OPTIONS) as channel:
+            stub = grps_pb2_grpc.GrpsServiceStub(channel)  # type: ignore[no-untyped-call]
+            call = stub.PredictStreaming(message, timeout=timeout_s)
+            try:
+                async for reply in call:
+                    yield _checked(reply)
+            except grpc.RpcError as exc:
+                raise self._error(exc, timeout_s) from exc
+
+    def health(self, action: str, timeout_s: float | None) -> tuple[bool, int, str]:
+        """(ok, status, message): readiness answers "not ready" in its envelope, not as an RPC error."""
+        rpc = {
+            "online": self._stub.Online,
+            "offline": self._stub.Offline,
+            "live": self._stub.CheckLiveness,
+            "ready": self._stub.CheckReadiness,
+        }[action]
+        status = self._call(rpc, Msg(), timeout_s).status
+        ok = status.status != grps_pb2.Status.FAILURE
+        return ok, status.code or (200 if ok else 503), status.msg or ("OK" if ok else f"not {action}")
+
+    def metadata(self, model: str | None, timeout_s: float | None) -> str:
+        if model is None:
+            return _checked(self._call(self._stub.ServerMetadata, Msg(), timeout_s)).str_data
+        return _checked(self._call(self._stub.ModelMetadata, Msg(str_data=model), timeout_s)).str_data
+
+    def close(self) -> None:
+        self._channel.close()
