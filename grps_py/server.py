@@ -18,6 +18,7 @@ import tornado.netutil
 from grps_py.codecs.grps_pb import GrpsMessageBridge
 from grps_py.core.config import InferenceSettings, ServerSettings
 from grps_py.core.executor import Executor
+from grps_py.core.warmup import Progress
 from grps_py.gpu import apply_gpu_settings, gpu_gc_loop
 from grps_py.grpc.server import build_grpc_server
 from grps_py.http.app import build_app
@@ -47,8 +48,10 @@ class GrpsServer:
         project = load_project(root, server_conf, inference_conf)
         return cls(project.server, project.inference)
 
-    async def start(self) -> None:
-        """Listen first (liveness answers while models load), then load models and go online."""
+    async def start(self, on_progress: Progress | None = None) -> None:
+        """Listen first (liveness answers while models load), then load models and go online.
+
+        `on_progress` hears model loading and warmup steps (the CLI shows them on a terminal)."""
         iface = self.settings.interface
         sys.setswitchinterval(self.settings.gil_switch_interval_us / 1e6)  # process-wide, see config
         self._http = tornado.httpserver.HTTPServer(
@@ -65,7 +68,7 @@ class GrpsServer:
         if apply_gpu_settings(self.settings.gpu) and self.settings.gpu and self.settings.gpu.mem_gc_enable:
             self._tasks.append(asyncio.ensure_future(gpu_gc_loop(self.settings.gpu)))
         try:
-            await self.executor.start()
+            await self.executor.start(on_progress)
             # Everything alive now (torch, models, modules) lives as long as the process: freeze it so
             # the cyclic GC does not rescan that large heap while serving.
             gc.collect()
@@ -95,13 +98,13 @@ class GrpsServer:
     def request_stop(self) -> None:
         self._stopping.set()
 
-    async def serve(self) -> None:
+    async def serve(self, on_progress: Progress | None = None) -> None:
         """Start, serve until SIGTERM or SIGINT, then stop gracefully."""
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             with contextlib.suppress(NotImplementedError):
                 loop.add_signal_handler(sig, self.request_stop)
-        await self.start()
+        await self.start(on_progress)
         await self._stopping.wait()
         log.info("stopping: draining in-flight requests")
         await self.stop()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -19,7 +20,7 @@ from grps_py.core.node import ModelNode
 from grps_py.core.observer import FanOut, ModelStats, SchedulerObserver, summary
 from grps_py.core.scheduler import ConcurrencyLimit
 from grps_py.core.types import InferRequest, InferResponse, MessageBridge, PayloadKind
-from grps_py.core.warmup import warm_up
+from grps_py.core.warmup import Progress, no_progress, warm_up
 
 log = logging.getLogger("grps_py.executor")
 SERVER_NAME = "grps-py"
@@ -64,16 +65,23 @@ class Executor:
         return {name: nodes[0] for name, nodes in names.items() if len(nodes) == 1}
 
     # -- lifecycle -----------------------------------------------------------------------------
-    async def start(self) -> None:
+    async def start(self, on_progress: Progress | None = None) -> None:
         """Load every model (each in a thread) and run its warmup, then go online unless configured to
-        start offline. Readiness waits for all of it."""
-        loop = asyncio.get_running_loop()
-        await asyncio.gather(*(loop.run_in_executor(None, node.load) for node in self.nodes.values()))
-        await asyncio.gather(*(warm_up(node) for node in self.nodes.values() if node.settings.warmup))
+        start offline. Readiness waits for all of it. `on_progress` hears each step begin and end."""
+        report = on_progress or no_progress
+        await asyncio.gather(*(self._load(node, report) for node in self.nodes.values()))
+        await asyncio.gather(*(warm_up(node, report) for node in self.nodes.values() if node.settings.warmup))
         self._loaded = True
         if self.server_settings.start_online:
             self.online()
         log.info("loaded models %s; dag %r; online=%s", list(self.nodes), self.dag.name, self._online)
+
+    @staticmethod
+    async def _load(node: ModelNode, report: Progress) -> None:
+        started = time.perf_counter()
+        report(f"loading model {node.key} ...")
+        await asyncio.get_running_loop().run_in_executor(None, node.load)
+        report(f"loading model {node.key} ... done ({time.perf_counter() - started:.1f} s)")
 
     async def drain(self, grace_s: float) -> bool:
         """Wait up to `grace_s` for in-flight requests to finish; True when none is left."""

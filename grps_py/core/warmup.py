@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -25,6 +26,13 @@ if TYPE_CHECKING:
     from grps_py.core.node import ModelNode
 
 log = logging.getLogger("grps_py.warmup")
+# Start-up progress for a watching person (the CLI prints it on a terminal); one line per call.
+Progress = Callable[[str], None]
+PROGRESS_EVERY_S = 1.0
+
+
+def no_progress(_: str) -> None:
+    pass
 
 
 def sample_shape(spec: TensorSpec, batch_size: int) -> tuple[int, ...]:
@@ -58,19 +66,24 @@ def samples(settings: WarmupSettings, specs: tuple[TensorSpec, ...]) -> list[Ten
     return [Tensor(spec.name, sample_array(spec, settings.kind, settings.batch_size, rng)) for spec in specs]
 
 
-async def warm_up(node: ModelNode) -> None:
+async def warm_up(node: ModelNode, on_progress: Progress | None = None) -> None:
     """Run the node's warmup; a failure stops start-up like a failed load."""
     settings = node.settings.warmup
     if settings is None:
         return
-    started = time.perf_counter()
+    report = on_progress or no_progress
+    started = last_report = time.perf_counter()
+    report(f"warming up model {node.key} ({settings.count} run(s)) ...")
     try:
         tensors = samples(settings, node.settings.inputs)
         for i in range(settings.count):
             await node.run(Payload.of_tensors(tensors), GrpsContext(request_id=f"warmup-{node.key}-{i}"))
+            if time.perf_counter() - last_report >= PROGRESS_EVERY_S and i + 1 < settings.count:
+                last_report = time.perf_counter()
+                report(f"warming up model {node.key}: {i + 1}/{settings.count} runs")
     except (GrpsError, OSError, ValueError, KeyError) as exc:
         message = exc.public_message if isinstance(exc, GrpsError) else str(exc)
         raise ModelLoadError(f"model '{node.key}' failed its warmup: {message}") from exc
-    log.info(
-        "model '%s' warmed up: %d run(s) in %.3fs", node.key, settings.count, time.perf_counter() - started
-    )
+    elapsed = time.perf_counter() - started
+    report(f"warming up model {node.key} ... done ({elapsed:.1f} s)")
+    log.info("model '%s' warmed up: %d run(s) in %.3fs", node.key, settings.count, elapsed)

@@ -1,0 +1,156 @@
+"""`grps-py serve` and `grps-py check`: load a project's models, then serve them or only report."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import logging
+import sys
+import traceback
+from pathlib import Path
+from typing import Any, TextIO
+
+from grps_py.codecs.grps_pb import GrpsMessageBridge
+from grps_py.core.config import parse_server_settings
+from grps_py.core.errors import ConfigError, ModelLoadError
+from grps_py.core.executor import Executor
+from grps_py.core.node import ModelNode
+from grps_py.core.warmup import Progress
+from grps_py.core.yaml_fields import read_yaml
+from grps_py.logs import LOGGERS, setup_logging
+from grps_py.project import Project, load_project
+from grps_py.server import GrpsServer
+
+
+def add_parsers(commands: Any) -> None:
+    serve = commands.add_parser("serve", help="serve PROJECT_DIR (conf/server.yml, conf/inference.yml, src/)")
+    _project_arguments(serve)
+    serve.add_argument(
+        "--port", help='override interface.port: "HTTP" or "HTTP,GRPC" as in server.yml (0 picks a free port)'
+    )
+    serve.set_defaults(run=run_serve)
+    check = commands.add_parser(
+        "check", help="validate PROJECT_DIR's configs and load (and warm up) every model, without serving"
+    )
+    _project_arguments(check)
+    check.add_argument("-v", "--verbose", action="store_true", help="show the server's log as well")
+    check.set_defaults(run=run_check)
+
+
+def _project_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "project_dir",
+        nargs="?",
+        default=".",
+        type=Path,
+        metavar="PROJECT_DIR",
+        help="default: the current directory",
+    )
+    parser.add_argument("--server-conf", type=Path, help="use this server.yml instead of PROJECT_DIR/conf's")
+    parser.add_argument(
+        "--inference-conf", type=Path, help="use this inference.yml instead of PROJECT_DIR/conf's"
+    )
+
+
+def terminal_progress(stream: TextIO) -> Progress | None:
+    """Start-up steps are shown only to a person watching a terminal, never in redirected output."""
+    if not stream.isatty():
+        return None
+
+    def show(line: str) -> None:
+        print(line, file=stream, flush=True)
+
+    return show
+
+
+def project_settings(args: argparse.Namespace) -> Project:
+    """The project's settings; `--port` (serve only) replaces server.yml's interface.port."""
+    project = load_project(args.project_dir, args.server_conf, args.inference_conf)
+    port = getattr(args, "port", None)
+    if port is None:
+        return project
+    path = args.server_conf or project.root / "conf" / "server.yml"
+    data: dict[str, Any] = read_yaml(path) or {}  # type: ignore[assignment]  # load_project checked it
+    data = {**data, "interface": {**(data.get("interface") or {}), "port": port}}
+    server = parse_server_settings(data, f"{path} (interface.port from --port)", project.root)
+    return dataclasses.replace(project, server=server)
+
+
+def run_serve(args: argparse.Namespace) -> int:
+    try:
+        asyncio.run(_serve(args))
+    except (ConfigError, ModelLoadError) as exc:
+        print(f"grps-py: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"grps-py: cannot listen: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+async def _serve(args: argparse.Namespace) -> None:
+    setup_logging(None)
+    project = project_settings(args)
+    server = GrpsServer(project.server, project.inference)
+    setup_logging(server.settings.log)
+    await server.serve(terminal_progress(sys.stderr))
+
+
+def run_check(args: argparse.Namespace) -> int:
+    """Exit 0 after "ok", or 2 after one line naming what is wrong; errors raised by the project's own
+    code (a module under src/ that fails to import) are reported that way too."""
+    _quiet_logging(args.verbose)
+    try:
+        asyncio.run(_check(args))
+    except (ConfigError, ModelLoadError) as exc:
+        print(f"grps-py: {exc}", file=sys.stderr)
+        return 2
+    except Exception as exc:
+        print(f"grps-py: {type(exc).__name__}: {exc}{_where(exc, args.project_dir)}", file=sys.stderr)
+        return 2
+    print("ok")
+    return 0
+
+
+def _where(exc: BaseException, project_dir: Path) -> str:
+    """Where in the project's own code the error was raised, when it was."""
+    root = project_dir.resolve()
+    inside = [f for f in traceback.extract_tb(exc.__traceback__) if Path(f.filename).is_relative_to(root)]
+    return f" (at {inside[-1].filename}:{inside[-1].lineno})" if inside else ""
+
+
+async def _check(args: argparse.Namespace) -> None:
+    project = project_settings(args)
+    executor = Executor(project.server, project.inference, GrpsMessageBridge())
+    try:
+        await executor.start(terminal_progress(sys.stderr))
+        for node in executor.nodes.values():
+            print(describe(node), flush=True)
+    finally:
+        executor.close()
+
+
+def describe(node: ModelNode) -> str:
+    s = node.settings
+    warmed = f", warmed up ({s.warmup.count} run(s))" if s.warmup else ""
+    instances = f"{len(node.instances)} instance(s)"
+    return f"model {node.key}: loaded ({s.inferer_type} on {s.device}, {instances}{warmed})"
+
+
+class _NoTracebacks(logging.Filter):
+    """Drop log records carrying a traceback: `check` reports that failure itself, in one line."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.exc_info is None
+
+
+def _quiet_logging(verbose: bool) -> None:
+    """`check` prints its own lines; it shows only the log's warnings unless asked for everything."""
+    setup_logging(None, logging.INFO if verbose else logging.WARNING)
+    if verbose:
+        return
+    for name in LOGGERS:
+        for handler in logging.getLogger(name).handlers:
+            if not any(isinstance(f, _NoTracebacks) for f in handler.filters):
+                handler.addFilter(_NoTracebacks())
