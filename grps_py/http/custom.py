@@ -36,7 +36,6 @@ class RouteMethods(BaseHandler):
                 405, f"{self.request.path} takes {', '.join(self.route.methods)}, not {self.request.method}"
             )
 
-
     def write_error(self, status_code: int, **kwargs: Any) -> None:
         if status_code == 405:  # send_error cleared the headers: say which methods would do
             self.set_header("Allow", ", ".join(self.route.methods))
