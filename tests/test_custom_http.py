@@ -195,6 +195,15 @@ def test_chat_completions_stream_as_server_sent_events(http: httpx.Client) -> No
     assert arrivals[-1] - arrivals[0] > 0.5
 
 
+@pytest.mark.parametrize("stream", [False, True])
+def test_an_answer_set_instead_of_a_stream_is_sent_whole(http: httpx.Client, stream: bool) -> None:
+    reply = http.post("/v1/chat/completions", json=chat("", stream=stream))
+    assert reply.status_code == 400
+    assert reply.headers["content-type"] == "application/json"
+    assert "cache-control" not in reply.headers
+    assert reply.json()["error"]["type"] == "invalid_request_error"
+
+
 def test_chat_stream_stops_when_the_client_goes_away(http: httpx.Client, server: ServerThread) -> None:
     body = chat(" ".join(["w"] * 200), True, 0.02)
     with http.stream("POST", "/v1/chat/completions", json=body) as reply:

@@ -143,3 +143,11 @@ def test_client_disconnect_mid_stream_stops_the_model(basic_server: ServerThread
     assert stream_log()["disconnected"] is True
     assert int(stream_log()["sent"]) < 500  # type: ignore[call-overload]
     assert http.post(PREDICT, json={"model": "echo-1.0", "str_data": "ok"}).status_code == 200
+
+
+def test_model_metadata_shows_the_declared_signature(http: httpx.Client) -> None:
+    """A TorchScript file records no dtypes or shapes: what inference.yml declares is shown instead."""
+    reply = http.post("/grps/v1/metadata/model", json={"str_data": "classifier_pt-1"})
+    meta = yaml.safe_load(reply.json()["str_data"])
+    assert meta["inputs"] == [{"name": "INPUT__0", "dtype": "float32", "shape": [-1, 4]}]
+    assert meta["outputs"] == [{"name": "OUTPUT__0", "dtype": "float32", "shape": [-1, 3]}]

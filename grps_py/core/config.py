@@ -52,12 +52,9 @@ class InterfaceSettings:
     # One entry as grps writes it (a mapping), or several (a list): grps-py's addition.
     customized_predict_http: tuple[CustomizedPredictHttp, ...] = ()
     max_message_bytes: int = GIB  # gRPC message and HTTP body limit
-
-    @property
-    def predict_streaming_ctrl(self) -> StreamingCtrl:
-        """/grps/v1/infer/predict's streaming control: the first custom entry's, as in grps."""
-        entries = self.customized_predict_http
-        return entries[0].streaming_ctrl if entries else StreamingCtrl()
+    # /grps/v1/infer/predict's streaming control: grps's single customized_predict_http mapping sets
+    # it too; a list of routes leaves it at the default (each route has its own).
+    predict_streaming_ctrl: StreamingCtrl = field(default_factory=StreamingCtrl)
 
 
 @dataclass(frozen=True)
@@ -254,12 +251,17 @@ def _parse_interface(fields: Fields) -> InterfaceSettings:
     defaults = InterfaceSettings()
     framework = fields.opt_text("framework", _FRAMEWORKS) or defaults.framework
     http_port, grpc_port = _parse_ports(fields, framework)
+    custom_routes = _parse_custom_routes(fields)
+    single = not isinstance(fields.get("customized_predict_http"), list)
     return InterfaceSettings(
         framework=framework,
         host=fields.opt_text("host") or defaults.host,
         http_port=http_port,
         grpc_port=grpc_port,
-        customized_predict_http=_parse_custom_routes(fields),
+        customized_predict_http=custom_routes,
+        predict_streaming_ctrl=custom_routes[0].streaming_ctrl
+        if custom_routes and single
+        else StreamingCtrl(),
         max_message_bytes=fields.integer("max_message_bytes", defaults.max_message_bytes, 1),
     )
 

@@ -15,10 +15,12 @@ from grps_py.core.catalog import Catalog
 from grps_py.core.config import InferenceSettings, ServerSettings
 from grps_py.core.context import STREAM_END
 from grps_py.core.dag import Dag
+from grps_py.core.datatypes import numpy_dtype
 from grps_py.core.errors import InvalidInput, ModelNotFound, ModelNotReady
 from grps_py.core.node import ModelNode
 from grps_py.core.observer import FanOut, ModelStats, SchedulerObserver, summary
 from grps_py.core.scheduler import ConcurrencyLimit
+from grps_py.core.signature import TensorSpec
 from grps_py.core.types import InferRequest, InferResponse, MessageBridge, PayloadKind
 from grps_py.core.warmup import Progress, no_progress, warm_up
 
@@ -220,4 +222,14 @@ class Executor:
             "scheduler": summary(self.stats.model(node.key)),
         }
         meta.update(node.describe())
+        # What inference.yml declares is what requests are checked against: it beats the backend's view.
+        for key, specs in (("inputs", s.inputs), ("outputs", s.outputs)):
+            if specs:
+                meta[key] = [_describe_spec(spec) for spec in specs]
         return yaml.safe_dump(meta, sort_keys=False)
+
+
+def _describe_spec(spec: TensorSpec) -> dict[str, Any]:
+    """A declared tensor as backends describe theirs: numpy dtype name, -1 for a variable dim."""
+    dtype = None if spec.datatype is None else str(numpy_dtype(spec.datatype))
+    return {"name": spec.name, "dtype": dtype, "shape": None if spec.shape is None else list(spec.shape)}

@@ -13,7 +13,7 @@ import orjson
 import tornado.web
 
 from grps_py.core.config import CustomizedPredictHttp, StreamingCtrl
-from grps_py.core.context import GrpsContext, HttpRequest
+from grps_py.core.context import GrpsContext, HttpRequest, HttpResponse
 from grps_py.core.executor import Executor
 from grps_py.core.types import InferRequest, Payload
 from grps_py.http.base import BaseHandler
@@ -108,7 +108,19 @@ class CustomPredictHandler(RouteMethods, PredictBase):
         custom = ctx.get_http_response()
         if custom is None:
             self.write_payload(response.payload)
-            return
+        else:
+            self.write_custom(custom)
+
+    def answer_instead_of_stream(self, request: InferRequest) -> bool:
+        custom = request.context.get_http_response()
+        if custom is None or request.context.streamed_count:
+            return False
+        self.clear_header("Cache-Control")  # set for a stream that is not coming
+        self.clear_header("X-Accel-Buffering")
+        self.write_custom(custom)
+        return True
+
+    def write_custom(self, custom: HttpResponse) -> None:
         self.set_status(custom.status)
         self.set_header("Content-Type", custom.content_type)
         for key, value in custom.headers.items():

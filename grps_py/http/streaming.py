@@ -92,6 +92,8 @@ class PredictBase(BaseHandler):
         try:
             async for response in self.executor.infer_stream(request):
                 if not started:
+                    if self.answer_instead_of_stream(request):
+                        return
                     self.set_header("Content-Type", content_type)
                     started = True
                 self.write(encode(response.payload))
@@ -105,5 +107,12 @@ class PredictBase(BaseHandler):
             # Headers are gone: the error travels as the stream's last message.
             code = status.wire_status(exc).http
             self.write(grps_json.encode_status(code, status.public_message(exc), False) + b"\n")
+        if not started and self.answer_instead_of_stream(request):
+            return
         if not self._finished:
             self.finish()
+
+    def answer_instead_of_stream(self, request: InferRequest) -> bool:
+        """Whether the model answered a streaming request with one whole answer instead, which has
+        then been written (custom routes: an error set with `set_http_response` before streaming)."""
+        return False

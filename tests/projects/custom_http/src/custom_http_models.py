@@ -93,6 +93,10 @@ class ChatInferer(ModelInferer):
         words = str(messages[-1].get("content", "")).split()
         delay_s = float(doc.get("delay_s", 0))
         model = doc.get("model", "echo")
+        if not words:  # an OpenAI-style error answer, also when a stream was asked for
+            error = {"message": "the last message is empty", "type": "invalid_request_error"}
+            context.set_http_response({"error": error}, 400)
+            return GrpsMessage()
         if not context.if_streaming():
             message = {"role": "assistant", "content": " ".join(words)}
             context.set_http_response(
