@@ -2,10 +2,11 @@
 
     .venv/bin/python bench/batching.py [--seconds 5] [--protocol http|grpc] [--concurrency 1,4,16,64]
 
-Makes `bench/projects/mlp/models/mlp.pt` if it is missing (scripts/make_mlp_model.py: 160 layers of
-512 x 512, float32; its docstring says why deep and narrow), then starts `grps-py serve bench/projects/mlp` twice, one at a time, on free
-loopback ports: first with `conf/inference_unbatched.yml`, then with `conf/inference_batched.yml`
-(dynamic batching, max_batch_size 32, one instance). Each server is driven at every concurrency
+Makes `bench/projects/mlp/models/mlp.pt` if it is missing or stale (scripts/make_mlp_model.py:
+160 layers of 512 x 512, float32; its docstring says why deep and narrow), then starts
+`grps-py serve bench/projects/mlp` twice on free loopback ports: one with
+`conf/inference_unbatched.yml`, one with `conf/inference_batched.yml` (dynamic batching,
+max_batch_size 32, one instance). Each server is driven at every concurrency
 level for `--seconds` (after a short warm-up) by a bounded async load: C workers, each sending its
 next request as soon as its answer came back, all with one pre-built request ([1, 512] FP32) so
 that the client does no encoding work. Over HTTP that is the Open Inference Protocol's binary

@@ -100,7 +100,7 @@ def check(path: Path, weights: dict[str, np.ndarray]) -> None:
 def main(argv: list[str]) -> int:
     out = make_model(Path(argv[1]) if len(argv) > 1 else DEFAULT_OUT)
     print(f"wrote {out} ({out.stat().st_size} bytes)")
-    print(f"x: float32 [batch, {WIDTH}] -> y: float32 [batch, {WIDTH}], {LAYERS} layers; checked against numpy")
+    print(f"x: float32 [batch, {WIDTH}] -> y: float32 [batch, {WIDTH}], {LAYERS} layers; checked")
     return 0
 
 

@@ -27,13 +27,19 @@ STREAM_END = StreamEnd()
 
 
 class GrpsContext:
-    """The context of one request, as grps model code knows it."""
+    """The context of one request, as grps model code knows it.
+
+    grps's own signature `GrpsContext(grpc_context=None, http_request=None)` is accepted too, so grps
+    code that builds a context (its template's test.py does) runs unchanged. `grpc_context` is ignored:
+    here the server passes cancellation and the deadline through `cancel()` and `deadline_s`.
+    """
 
     def __init__(
         self,
+        grpc_context: object = None,
+        http_request: HttpRequest | None = None,
         *,
         streaming: bool = False,
-        http_request: HttpRequest | None = None,
         deadline_s: float | None = None,
         request_id: str = "",
         parameters: dict[str, Any] | None = None,

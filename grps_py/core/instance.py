@@ -1,13 +1,29 @@
 """One instance of a model (Triton's instance_group member): a converter and an inferer on one device,
 with its own worker thread. Runs one request, or a batch with each request's failures kept to itself.
 
-A batch runs preprocess per request, one inference over the whole batch, then postprocess per
-request. The built-in numpy/torch converters concatenate the batch along dim 0 and split the
-output back by each request's rows; an inferer that overrides `batch_infer` gets the list; any
-other runs request by request. A request that fails in pre- or postprocessing fails alone, and
-when the batch inference fails, each request is retried alone so a bad one fails only itself.
-Streaming requests are batched through `batch_infer(inputs, contexts)`, where each context streams
-its own messages; a merged numpy/torch inference is not used for them.
+A batch follows one of two contracts, chosen by the converter:
+
+- **Step by step** (grps-py's contract; every built-in converter, and any converter without a
+  `batch_preprocess` of its own): preprocess runs per request, one inference runs the whole batch,
+  then postprocess per request (or the converter's `batch_postprocess`, list in, list out). The
+  built-in numpy/torch converters concatenate the batch along dim 0 and split the output back by each
+  request's rows; an inferer that overrides `batch_infer` gets the list of inputs and answers a list;
+  any other runs request by request. Streaming requests are batched through `batch_infer`, where each
+  context streams its own messages; a merged numpy/torch inference is not used for them.
+- **Whole batch** (grps's contract; a converter that overrides `batch_preprocess`, which only user
+  converters do): `batch_preprocess(inputs, contexts)` returns the batch's one input (a concatenated
+  array, a dict of them, a list: whatever the model takes), `batch_infer(input, contexts)` gets it whole
+  and answers the batch's output, and `batch_postprocess(output, contexts)` returns one answer per
+  request. grps-py code written list-in/list-out is a special case (a list with one item per request,
+  handed whole). The base `batch_infer` / `batch_postprocess` only loop over such a list, so a merged
+  input or output needs the model's own method.
+
+A request that fails in a per-request step fails alone. When a batch step fails (or answers the wrong
+number of outputs), its requests run again one by one, so a bad request fails only itself.
+
+grps model code reports an error through its context (`set_err_msg`) instead of raising: a request
+whose context has an error stops after the step that set it and answers None (its node then raises the
+reported message). A whole batch stops once every one of its requests has an error, as grps's batcher.
 """
 
 from __future__ import annotations
@@ -40,6 +56,15 @@ def _try(fn: Callable[..., Any], *args: Any) -> Outcome:
         return None, exc
 
 
+def _one_each(value: Any, count: int) -> bool:
+    """Whether a batch step's result holds one item per request (a list or tuple of `count`)."""
+    return isinstance(value, (list, tuple)) and len(value) == count
+
+
+def _all_reported(ctxs: list[GrpsContext]) -> bool:
+    return all(ctx.has_err() for ctx in ctxs)
+
+
 class ModelInstance:
     """Runs preprocess -> infer -> postprocess for one model on one device, off the event loop."""
 
@@ -60,6 +85,9 @@ class ModelInstance:
         self._to_payload = to_payload
         self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"model-{key}-{index}")
         self.active = 0  # dispatched to this instance and not finished (running or next in its thread)
+        # grps's batch contract (the converter merges and splits): a batching model then runs even a
+        # lone request through the batch methods, as grps does.
+        self.batches_whole = _overrides(converter, Converter, "batch_preprocess")
         self.is_async = any(
             inspect.iscoroutinefunction(fn)
             for fn in (converter.preprocess, inferer.infer, converter.postprocess)
@@ -74,16 +102,26 @@ class ModelInstance:
 
     # -- one request ---------------------------------------------------------------------------
     def run_one(self, inp: Any, ctx: GrpsContext) -> Any:
+        """The request's answer, or None once a step reported an error on its context."""
         self._bind(ctx)
         x = self.converter.preprocess(inp, ctx)
+        if ctx.has_err():
+            return None
         y = self.inferer.infer(x, ctx)
+        if ctx.has_err():
+            return None
         return self.converter.postprocess(y, ctx)
 
     async def run_async(self, inp: Any, ctx: GrpsContext) -> Any:
-        """Model code with `async def` parts: those run on the loop, the rest on this instance's thread."""
+        """Model code with `async def` parts: those run on the loop, the rest on this instance's thread.
+        Stops as `run_one` does when a step reported an error."""
         self._bind(ctx)
         x = await self._call(self.converter.preprocess, inp, ctx)
+        if ctx.has_err():
+            return None
         y = await self._call(self.inferer.infer, x, ctx)
+        if ctx.has_err():
+            return None
         return await self._call(self.converter.postprocess, y, ctx)
 
     async def _call(self, fn: Callable[..., Any], arg: Any, ctx: GrpsContext) -> Any:
@@ -91,23 +129,75 @@ class ModelInstance:
             return await fn(arg, ctx)
         return await asyncio.get_running_loop().run_in_executor(self.pool, fn, arg, ctx)
 
+    def _run_alone(self, inp: Any, ctx: GrpsContext) -> Outcome:
+        return _try(self.run_one, inp, ctx)
+
     # -- a batch -------------------------------------------------------------------------------
     def run_batch(self, inps: list[Any], ctxs: list[GrpsContext]) -> list[Outcome]:
         for ctx in ctxs:
             self._bind(ctx)
-        pre = self._each(self.converter, "preprocess", inps, ctxs)
-        live = [i for i, (_, err) in enumerate(pre) if err is None]
-        inferred = self._infer([pre[i][0] for i in live], [ctxs[i] for i in live])
-        outcomes: list[Outcome] = list(pre)
-        for i, (y, err) in zip(live, inferred, strict=True):
-            outcomes[i] = (None, err) if err is not None else (y, None)
-        post_live = [i for i, (_, err) in enumerate(outcomes) if err is None]
-        post = self._each(
-            self.converter, "postprocess", [outcomes[i][0] for i in post_live], [ctxs[i] for i in post_live]
-        )
-        for i, outcome in zip(post_live, post, strict=True):
+        if self.batches_whole:
+            return self._run_whole(inps, ctxs)
+        return self._run_steps(inps, ctxs)
+
+    # -- grps's contract: the converter merges and splits the batch ----------------------------
+    def _run_whole(self, inps: list[Any], ctxs: list[GrpsContext]) -> list[Outcome]:
+        try:
+            outs = self._whole_batch(inps, ctxs)
+        except Exception as exc:
+            log.info(
+                "model '%s': a batch of %d failed (%s); running it per request", self.key, len(inps), exc
+            )
+            # A request that already reported its error keeps it; the others run one by one.
+            return [
+                (None, None) if ctx.has_err() else self._run_alone(inp, ctx)
+                for inp, ctx in zip(inps, ctxs, strict=True)
+            ]
+        return [(None if ctx.has_err() else out, None) for out, ctx in zip(outs, ctxs, strict=True)]
+
+    def _whole_batch(self, inps: list[Any], ctxs: list[GrpsContext]) -> list[Any]:
+        """batch_preprocess -> batch_infer -> batch_postprocess, each result handed whole to the next."""
+        count = len(inps)
+        x = self.converter.batch_preprocess(inps, ctxs)
+        if _all_reported(ctxs):
+            return [None] * count
+        if not _overrides(self.inferer, ModelInferer, "batch_infer") and not _one_each(x, count):
+            raise TypeError(
+                "batch_preprocess merged the batch, but the inferer has no batch_infer to take it"
+            )
+        y = self.inferer.batch_infer(x, ctxs)
+        if _all_reported(ctxs):
+            return [None] * count
+        if not _overrides(self.converter, Converter, "batch_postprocess") and not _one_each(y, count):
+            raise TypeError("batch_infer answered a merged batch, but the converter has no batch_postprocess")
+        outs = self.converter.batch_postprocess(y, ctxs)
+        if not _one_each(outs, count):
+            got = len(outs) if isinstance(outs, (list, tuple)) else type(outs).__name__
+            raise ValueError(f"batch_postprocess answered {got} for {count} requests; expected a list")
+        return list(outs)
+
+    # -- grps-py's contract: per-request steps around one inference -----------------------------
+    def _run_steps(self, inps: list[Any], ctxs: list[GrpsContext]) -> list[Outcome]:
+        outcomes = self._each(self.converter, "preprocess", inps, ctxs)
+        live = self._live(outcomes, ctxs)
+        inferred = self._infer([outcomes[i][0] for i in live], [ctxs[i] for i in live])
+        for i, outcome in zip(live, inferred, strict=True):
             outcomes[i] = outcome
-        return outcomes
+        live = self._live(outcomes, ctxs)
+        post = self._each(
+            self.converter, "postprocess", [outcomes[i][0] for i in live], [ctxs[i] for i in live]
+        )
+        for i, outcome in zip(live, post, strict=True):
+            outcomes[i] = outcome
+        return [
+            (None, None) if err is None and ctx.has_err() else (out, err)
+            for (out, err), ctx in zip(outcomes, ctxs, strict=True)
+        ]
+
+    @staticmethod
+    def _live(outcomes: list[Outcome], ctxs: list[GrpsContext]) -> list[int]:
+        """The requests still going: no exception, and no error reported on their context."""
+        return [i for i, (_, err) in enumerate(outcomes) if err is None and not ctxs[i].has_err()]
 
     def _each(
         self, converter: Converter, step: str, items: list[Any], ctxs: list[GrpsContext]
@@ -118,7 +208,7 @@ class ModelInstance:
             return []
         if _overrides(converter, Converter, f"batch_{step}"):
             outs, err = _try(getattr(converter, f"batch_{step}"), items, ctxs)
-            if err is None and isinstance(outs, list) and len(outs) == len(items):
+            if err is None and _one_each(outs, len(items)):
                 return [(out, None) for out in outs]
             log.info("model '%s': batch_%s failed (%s); running it per request", self.key, step, err)
         one = getattr(converter, step)
@@ -137,9 +227,9 @@ class ModelInstance:
         try:
             if _overrides(self.inferer, ModelInferer, "batch_infer"):
                 outs = self.inferer.batch_infer(xs, ctxs)
-                if isinstance(outs, list) and len(outs) == len(xs):
-                    return outs
-                raise RuntimeError(f"batch_infer answered {len(outs)} outputs for {len(xs)} requests")
+                if _one_each(outs, len(xs)):
+                    return list(outs)
+                raise RuntimeError(f"batch_infer did not answer a list of {len(xs)} outputs, one per request")
             merge = getattr(self.converter, "merge_batch", None)
             if not callable(merge) or any(ctx.if_streaming() for ctx in ctxs):
                 return None  # a merged inference could stream through one context only

@@ -23,8 +23,30 @@ from grps_py.core.errors import InvalidInput
 from grps_py.core.types import Payload, PayloadKind, Tensor, to_numpy
 
 
+class _Alias:
+    """grps's name for one of grps-py's attributes: grps's base classes keep `_path`, `_device` and
+    `_args`, so grps code reads (and may assign) those; here they are `path`, `device` and `args`."""
+
+    def __init__(self, target: str) -> None:
+        self.target = target
+
+    def __get__(self, obj: object, owner: type | None = None) -> Any:
+        return self if obj is None else getattr(obj, self.target)
+
+    def __set__(self, obj: object, value: Any) -> None:
+        setattr(obj, self.target, {} if self.target == "args" and value is None else value)
+
+
 class ModelInferer:
-    """Runs a model. Subclass and override `load` and `infer` (and `batch_infer` for batching)."""
+    """Runs a model. Subclass and override `load` and `infer` (and `batch_infer` for batching).
+
+    `init` keeps the model's `inferer_path`, `device` and `inferer_args` as `path`, `device` and `args`;
+    grps's names `_path`, `_device` and `_args` are the same attributes.
+    """
+
+    _path = _Alias("path")
+    _device = _Alias("device")
+    _args = _Alias("args")
 
     def __init__(self) -> None:
         self.path: str | None = None
@@ -44,8 +66,15 @@ class ModelInferer:
     def infer(self, inp: Any, context: GrpsContext) -> Any:
         raise NotImplementedError(f"{type(self).__name__} does not implement infer")
 
-    def batch_infer(self, inps: list[Any], contexts: list[GrpsContext]) -> list[Any]:
-        return [self.infer(inp, ctx) for inp, ctx in zip(inps, contexts, strict=True)]
+    def batch_infer(self, inp: Any, contexts: list[GrpsContext]) -> Any:
+        """One inference for a batch (dynamic batching).
+
+        `inp` is what the converter's `batch_preprocess` returned (grps: the merged batch, answered
+        with the batch's output for `batch_postprocess`), or, when the converter has no
+        `batch_preprocess` of its own, the list of per-request inputs (answer a list, one output per
+        request). This default runs `infer` on each item of such a list.
+        """
+        return [self.infer(x, ctx) for x, ctx in zip(inp, contexts, strict=True)]
 
 
 class Converter:
@@ -53,9 +82,16 @@ class Converter:
 
     `speaks_messages` is True for user converters: `preprocess` receives the request's GrpsMessage
     and `postprocess` returns a GrpsMessage. Built-in converters speak `Payload` instead.
+    `init` keeps `converter_path` and `converter_args` as `path` and `args` (grps: `_path`, `_args`).
+
+    For dynamic batching, a converter may merge and split the batch itself, as grps's do: override
+    `batch_preprocess` to return the batch's one input for the inferer's `batch_infer`, and
+    `batch_postprocess` to turn its output into one message per request (see `instance.py`).
     """
 
     speaks_messages = True
+    _path = _Alias("path")
+    _args = _Alias("args")
 
     def __init__(self) -> None:
         self.path: str | None = None
@@ -71,11 +107,15 @@ class Converter:
     def postprocess(self, inp: Any, context: GrpsContext) -> Any:
         return inp
 
-    def batch_preprocess(self, inps: list[Any], contexts: list[GrpsContext]) -> list[Any]:
+    def batch_preprocess(self, inps: list[Any], contexts: list[GrpsContext]) -> Any:
+        """The batch's input for `batch_infer`. Overriding it opts into grps's whole-batch contract;
+        this default (per-request `preprocess`) is never called by the server."""
         return [self.preprocess(inp, ctx) for inp, ctx in zip(inps, contexts, strict=True)]
 
-    def batch_postprocess(self, inps: list[Any], contexts: list[GrpsContext]) -> list[Any]:
-        return [self.postprocess(inp, ctx) for inp, ctx in zip(inps, contexts, strict=True)]
+    def batch_postprocess(self, inp: Any, contexts: list[GrpsContext]) -> list[Any]:
+        """One answer per request from the batch's output (`batch_infer`'s result; a list of per-request
+        outputs when the converter has no `batch_preprocess`). This default runs `postprocess` on each."""
+        return [self.postprocess(out, ctx) for out, ctx in zip(inp, contexts, strict=True)]
 
 
 class NoneConverter(Converter):
@@ -150,6 +190,7 @@ class Registry(Generic[T]):
         self._items: dict[str, T] = {}
 
     def register(self, name: str, instance: T) -> None:
+        """Registers `instance` under `name`, replacing any earlier one (as grps does)."""
         self._items[name] = instance
 
     def get(self, name: str) -> T | None:
@@ -162,8 +203,38 @@ class Registry(Generic[T]):
         self._items.pop(name, None)
 
 
-inferer_register: Registry[ModelInferer] = Registry("inferer")
-converter_register: Registry[Converter] = Registry("converter")
+class InfererRegistry(Registry[ModelInferer]):
+    """`inferer_register`, with grps's `model_inferer_dict` and `get_model_inferer` besides."""
+
+    @property
+    def model_inferer_dict(self) -> dict[str, ModelInferer]:
+        """The registered inferers by name (the registry's own dict, as grps's)."""
+        return self._items
+
+    def get_model_inferer(self, name: str) -> ModelInferer:
+        """The inferer registered as `name`; RuntimeError when there is none (as grps)."""
+        if name not in self._items:
+            raise RuntimeError(f"Model inferer name {name} not registered.")
+        return self._items[name]
+
+
+class ConverterRegistry(Registry[Converter]):
+    """`converter_register`, with grps's `converter_dict` and `get_converter` besides."""
+
+    @property
+    def converter_dict(self) -> dict[str, Converter]:
+        """The registered converters by name (the registry's own dict, as grps's)."""
+        return self._items
+
+    def get_converter(self, name: str) -> Converter:
+        """The converter registered as `name`; ValueError when there is none (as grps)."""
+        if name not in self._items:
+            raise ValueError(f"Converter {name} not registered.")
+        return self._items[name]
+
+
+inferer_register = InfererRegistry("inferer")
+converter_register = ConverterRegistry("converter")
 
 # Built-in types, imported only when a configured model uses them.
 BUILTIN_INFERERS: dict[str, str] = {

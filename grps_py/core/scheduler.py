@@ -279,7 +279,7 @@ class ModelScheduler:
                 return [(await instance.run_async(inps[0], ctxs[0]), None)]
             except Exception as exc:
                 return [(None, exc)]
-        if len(inps) == 1:
+        if len(inps) == 1 and not (self.batching and instance.batches_whole):
             return [await loop.run_in_executor(instance.pool, _run_one, instance, items[0])]
         return await loop.run_in_executor(instance.pool, instance.run_batch, inps, ctxs)
 

@@ -1,0 +1,1 @@
+"""grps's `grps_framework.apis`: the generated grps protobuf messages."""

@@ -1,0 +1,1 @@
+"""grps's `grps_framework.converter`."""
