@@ -48,11 +48,23 @@ def test_alias_route_takes_only_its_methods(http: httpx.Client) -> None:
     assert "takes POST, not GET" in reply.json()["status"]["msg"]
 
 
-def test_alias_route_streams_on_its_body_control(http: httpx.Client) -> None:
-    with http.stream("POST", "/echo.json", json={"str_data": "a b", "stream": True}) as reply:
+@pytest.mark.parametrize(
+    ("url", "body", "headers"),
+    [
+        pytest.param("/echo.json", {"str_data": "a b", "stream": True}, {}, id="body_param"),
+        pytest.param("/alias/query?stream=true", {"str_data": "a b"}, {}, id="query_param"),
+        pytest.param("/alias/header", {"str_data": "a b"}, {"X-Stream": "yes"}, id="header_param"),
+    ],
+)
+def test_alias_route_streams_on_its_control(
+    http: httpx.Client, url: str, body: dict[str, object], headers: dict[str, str]
+) -> None:
+    with http.stream("POST", url, json=body, headers=headers) as reply:
         assert reply.headers["content-type"] == "application/x-ndjson"
         lines = [orjson.loads(line)["str_data"] for line in reply.iter_lines() if line]
     assert lines == ["A", "B"]
+    unary = http.post(url.split("?")[0], json={"str_data": "a b"})  # without the control: one answer
+    assert unary.json()["str_data"] == "A B"
 
 
 # -- customized_body: true: what model code sees and the answers it may set ------------------------
