@@ -69,7 +69,15 @@ class GpuSettings:
 @dataclass(frozen=True)
 class LogSettings:
     log_dir: Path | None = None  # None: log to stderr only
-    log_backup_count: int = 7
+    log_backup_count: int = 7  # daily files kept besides the current one
+    format: str = "text"  # text | json (one JSON object per line)
+    level: str = "INFO"  # DEBUG | INFO | WARNING | ERROR
+    access: bool = True  # one access-log line per request (at INFO)
+
+
+@dataclass(frozen=True)
+class MetricsSettings:
+    port: int | None = None  # None: /metrics on the HTTP port only; N: also on its own port (0: free)
 
 
 @dataclass(frozen=True)
@@ -79,6 +87,7 @@ class ServerSettings:
     max_concurrency: int = 32
     gpu: GpuSettings | None = None
     log: LogSettings = field(default_factory=LogSettings)
+    metrics: MetricsSettings = field(default_factory=MetricsSettings)
     start_online: bool = True
     shutdown_grace_s: float = 10.0
     # Python's GIL switch interval. Model threads hand the GIL back and forth with the event loop;
@@ -164,6 +173,7 @@ class InferenceSettings:
 # Parsing and validation
 
 _ADDED_SERVER_KEYS = (
+    "metrics",
     "start_online",
     "shutdown_grace_s",
     "gil_switch_interval_us",
@@ -173,7 +183,10 @@ _INTERFACE_KEYS = ("framework", "host", "port", "customized_predict_http", "max_
 _CUSTOM_HTTP_KEYS = ("path", "customized_body", "streaming_ctrl", "methods", "model")
 _STREAMING_KEYS = ("ctrl_mode", "ctrl_key", "res_content_type")
 _GPU_KEYS = ("devices", "mem_manager_type", "mem_limit_mib", "mem_gc_enable", "mem_gc_interval")
-_LOG_KEYS = ("log_dir", "log_backup_count")
+_LOG_KEYS = ("log_dir", "log_backup_count", "format", "level", "access")
+_LOG_FORMATS = ("text", "json")
+_LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+_METRICS_KEYS = ("port",)
 _INFERENCE_KEYS = ("models", "dag")
 _INFERER_KEYS = ("inferer_type", "inferer_name", "inferer_path", "inferer_args")
 _CONVERTER_KEYS = ("converter_type", "converter_name", "converter_path", "converter_args")
@@ -240,6 +253,7 @@ def parse_server_settings(data: object, source: str, project_dir: Path) -> Serve
         max_concurrency=fields.integer("max_concurrency", defaults.max_concurrency, 1),
         gpu=None if gpu is None else _parse_gpu(fields.section("gpu", _GPU_KEYS)),
         log=_parse_log(fields.section("log", _LOG_KEYS), project_dir),
+        metrics=_parse_metrics(fields.section("metrics", _METRICS_KEYS)),
         start_online=fields.boolean("start_online", defaults.start_online),
         shutdown_grace_s=fields.number("shutdown_grace_s", defaults.shutdown_grace_s, 0),
         gil_switch_interval_us=fields.integer("gil_switch_interval_us", defaults.gil_switch_interval_us, 1),
@@ -350,10 +364,26 @@ def _parse_gpu(fields: Fields) -> GpuSettings:
 
 def _parse_log(fields: Fields, project_dir: Path) -> LogSettings:
     log_dir = fields.opt_text("log_dir")
+    defaults = LogSettings()
+    level = (fields.opt_text("level") or defaults.level).upper()  # grps's files write "info" too
+    if level not in _LOG_LEVELS:
+        fields.fail("level", fields.get("level"), one_of(_LOG_LEVELS))
     return LogSettings(
         log_dir=None if log_dir is None else resolve_path(log_dir, project_dir),
-        log_backup_count=fields.integer("log_backup_count", LogSettings().log_backup_count, 0),
+        log_backup_count=fields.integer("log_backup_count", defaults.log_backup_count, 0),
+        format=fields.opt_text("format", _LOG_FORMATS) or defaults.format,
+        level=level,
+        access=fields.boolean("access", defaults.access),
     )
+
+
+def _parse_metrics(fields: Fields) -> MetricsSettings:
+    port = fields.get("port")
+    if port is None:
+        return MetricsSettings()
+    if not is_int(port) or not 0 <= port <= 65535:
+        fields.fail("port", port, "a port number (0 picks a free one)")
+    return MetricsSettings(port=port)
 
 
 # --- inference.yml ---------------------------------------------------------------------------------
