@@ -21,6 +21,7 @@ from grps_py.core.node import ModelNode
 from grps_py.core.observer import FanOut, ModelStats, SchedulerObserver, summary
 from grps_py.core.scheduler import ConcurrencyLimit
 from grps_py.core.signature import TensorSpec
+from grps_py.core.telemetry import RequestFanOut
 from grps_py.core.types import InferRequest, InferResponse, MessageBridge, PayloadKind
 from grps_py.core.warmup import Progress, no_progress, warm_up
 
@@ -46,6 +47,8 @@ class Executor:
         self.server_settings = server
         self.inference_settings = inference
         self.stats = ModelStats()
+        # Request-level observers (metrics, the access log): the server adds them; transports report.
+        self.telemetry = RequestFanOut()
         limit = ConcurrencyLimit(server.max_concurrency)
         observers: SchedulerObserver = FanOut([self.stats, observer]) if observer else self.stats
         self.nodes = {m.key: ModelNode(m, bridge, limit, observers) for m in inference.models}
@@ -133,6 +136,15 @@ class Executor:
             return self.dag
         raise ModelNotFound(f"unknown model {model!r}; served models: {', '.join(self.nodes)}")
 
+    def model_key(self, model: str) -> str:
+        """The key a request for `model` runs under (a model's "name-version", or the DAG's name);
+        "" when no such model is served. For labels: never raises."""
+        try:
+            target = self.resolve(model)
+        except ModelNotFound:
+            return ""
+        return target.name if isinstance(target, Dag) else target.key
+
     @asynccontextmanager
     async def _admitted(self) -> AsyncIterator[None]:
         if not self._loaded:
@@ -161,10 +173,15 @@ class Executor:
         async with self._admitted():
             task = asyncio.ensure_future(self._produce(target, request, queue))
             ctx.on_cancel(task.cancel)
+            started: float | None = time.perf_counter()
+            model_key = self.model_key(request.model)
             try:
                 while (item := await queue.get()) is not STREAM_END:
                     if isinstance(item, _StreamFailure):
                         raise item.exc
+                    first_after_s = None if started is None else time.perf_counter() - started
+                    started = None
+                    self.telemetry.stream_message(request.protocol, model_key, first_after_s)
                     yield InferResponse(item, model=request.model)
             finally:
                 if not task.done():

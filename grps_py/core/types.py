@@ -168,6 +168,7 @@ class InferRequest:
     context: GrpsContext
     model: str = ""
     request_id: str = ""
+    protocol: str = ""  # grps_py.core.telemetry's label (grps-http, oip-grpc, ...), for stream metrics
 
 
 @dataclass

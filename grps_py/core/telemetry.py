@@ -1,0 +1,103 @@
+"""What one finished request looked like, and who hears about it (metrics, the access log).
+
+The transport boundaries (HTTP `BaseHandler`, the gRPC boundary) build one `RequestRecord` per request
+and hand it to the executor's `RequestObserver`s; the executor itself reports streamed messages.
+Observers are injected per server (no global state) and called on the event loop thread.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from grps_py.core import errors
+
+# Protocol labels of inference requests; other HTTP routes (health, metadata, metrics) are "http",
+# other gRPC methods "grpc".
+GRPS_HTTP, GRPS_GRPC, OIP_HTTP, OIP_GRPC, CUSTOM = "grps-http", "grps-grpc", "oip-http", "oip-grpc", "custom"
+PROTOCOLS = (GRPS_HTTP, GRPS_GRPC, OIP_HTTP, OIP_GRPC, CUSTOM)
+# Why a request failed, as the metrics label it.
+INVALID, NOT_FOUND, REJECTED, TIMEOUT, CANCELLED, MODEL_ERROR, INTERNAL = (
+    "invalid",
+    "not_found",
+    "rejected",
+    "timeout",
+    "cancelled",
+    "model_error",
+    "internal",
+)
+REASONS = (INVALID, NOT_FOUND, REJECTED, TIMEOUT, CANCELLED, MODEL_ERROR, INTERNAL)
+
+
+@dataclass
+class RequestRecord:
+    """One request, as the access log writes it and the metrics count it."""
+
+    request_id: str
+    protocol: str  # one of PROTOCOLS for inference requests; "http" / "grpc" for the rest
+    route: str  # HTTP "METHOD /path" or the gRPC method "/package.Service/Method"
+    model: str  # the model key it ran ("name-version", or the DAG's name); "" for none or unknown
+    inference: bool  # an inference request (predict, infer, generate, custom routes)
+    status: int  # the HTTP status (for gRPC: the HTTP status of its code, as grps_py.status maps them)
+    reason: str | None  # None on success, else one of REASONS
+    started: float  # time.time() when it arrived
+    duration_s: float
+    bytes_in: int
+    bytes_out: int
+
+
+def reason_of(exc: BaseException | None, status: int) -> str | None:
+    """The failure reason of an answer: from its exception when there is one, else from its status."""
+    if exc is not None:
+        for cls, reason in _REASON_BY_ERROR:
+            if isinstance(exc, cls):
+                return reason
+        return INTERNAL
+    if status < 400:
+        return None
+    return _REASON_BY_STATUS.get(status, INVALID if status < 500 else INTERNAL)
+
+
+_REASON_BY_ERROR: tuple[tuple[type[BaseException], str], ...] = (
+    (errors.ModelNotFound, NOT_FOUND),
+    (errors.InvalidInput, INVALID),  # PayloadTooLarge is one
+    (errors.ModelNotReady, REJECTED),
+    (errors.Overloaded, REJECTED),
+    (errors.DeadlineExceeded, TIMEOUT),
+    (errors.Cancelled, CANCELLED),
+    (errors.ModelError, MODEL_ERROR),
+)
+_REASON_BY_STATUS = {404: NOT_FOUND, 499: CANCELLED, 503: REJECTED, 504: TIMEOUT}
+
+
+class RequestObserver(Protocol):
+    def request_started(self, protocol: str, model: str) -> None:
+        """An inference request arrived (for the in-flight gauge); `model` as in RequestRecord."""
+
+    def request_finished(self, record: RequestRecord) -> None:
+        """Every request, inference or not, once answered (or abandoned by its client)."""
+
+    def stream_message(self, protocol: str, model: str, first_after_s: float | None) -> None:
+        """A streamed message went out; `first_after_s` is set on a stream's first message."""
+
+
+class RequestFanOut:
+    """Hands every event to each observer in turn."""
+
+    def __init__(self, observers: list[RequestObserver] | None = None) -> None:
+        self.observers: list[RequestObserver] = list(observers or [])
+
+    def add(self, observer: RequestObserver) -> None:
+        self.observers.append(observer)
+
+    def request_started(self, protocol: str, model: str) -> None:
+        for observer in self.observers:
+            observer.request_started(protocol, model)
+
+    def request_finished(self, record: RequestRecord) -> None:
+        for observer in self.observers:
+            observer.request_finished(record)
+
+    def stream_message(self, protocol: str, model: str, first_after_s: float | None) -> None:
+        for observer in self.observers:
+            observer.stream_message(protocol, model, first_after_s)
