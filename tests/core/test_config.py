@@ -615,3 +615,32 @@ def test_tensorrt_message(project: Path) -> None:
     message = str(info.value)
     assert "'tensorrt'" in message and "not supported by grps-py" in message
     assert "'torch', 'onnx', 'customized'" in message
+
+
+def test_log_and_metrics_keys(project: Path) -> None:
+    data = {
+        "log": {"format": "json", "level": "debug", "access": False, "log_backup_count": 3},
+        "metrics": {"port": 0},
+    }
+    settings = parse_server_settings(data, "server.yml", project)
+    assert (settings.log.format, settings.log.level, settings.log.access) == ("json", "DEBUG", False)
+    assert settings.log.log_backup_count == 3
+    assert settings.metrics.port == 0
+    defaults = parse_server_settings({}, "server.yml", project)
+    assert (defaults.log.format, defaults.log.level, defaults.log.access) == ("text", "INFO", True)
+    assert defaults.metrics.port is None
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ({"log": {"format": "xml"}}, r"log\.format: 'xml'"),
+        ({"log": {"level": "loud"}}, r"log\.level: 'loud'"),
+        ({"log": {"access": "no"}}, r"log\.access: 'no'"),
+        ({"metrics": {"port": 70000}}, r"metrics\.port: 70000"),
+        ({"metrics": {"path": "/m"}}, r"metrics\.path: unknown key"),
+    ],
+)
+def test_log_and_metrics_errors(project: Path, data: dict[str, object], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        parse_server_settings(data, "server.yml", project)
