@@ -16,16 +16,20 @@ import tornado.httpserver
 import tornado.netutil
 
 from grps_py.codecs.grps_pb import GrpsMessageBridge
+from grps_py.core.catalog import DAG_VERSION
 from grps_py.core.config import InferenceSettings, ServerSettings
 from grps_py.core.executor import Executor
 from grps_py.core.warmup import Progress
 from grps_py.gpu import apply_gpu_settings, gpu_gc_loop
 from grps_py.grpc.server import build_grpc_server
 from grps_py.http.app import build_app
+from grps_py.http.monitor import build_metrics_app
 from grps_py.logs import ACCESS_FLUSH_S, flush_access_log
+from grps_py.metrics import ServerMetrics
 from grps_py.project import load_project
 
 log = logging.getLogger("grps_py.server")
+SAMPLE_S = 1.0
 
 
 class GrpsServer:
@@ -33,8 +37,15 @@ class GrpsServer:
 
     def __init__(self, server: ServerSettings, inference: InferenceSettings) -> None:
         self.settings = server
-        self.executor = Executor(server, inference, GrpsMessageBridge())
+        # One metrics engine per server (its own Prometheus registry): it hears the schedulers, the
+        # transports' request records and streamed messages, and is sampled once a second.
+        self.metrics = ServerMetrics(model_labels(inference))
+        self.executor = Executor(server, inference, GrpsMessageBridge(), observer=self.metrics)
+        self.executor.metrics = self.metrics
+        self.executor.telemetry.add(self.metrics)
         self._http: tornado.httpserver.HTTPServer | None = None
+        self._metrics_http: tornado.httpserver.HTTPServer | None = None
+        self.metrics_port: int | None = None
         self._grpc: grpc.aio.Server | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._stopping = asyncio.Event()
@@ -63,8 +74,22 @@ class GrpsServer:
         if iface.framework == "http+grpc":
             self._grpc, self.grpc_port = build_grpc_server(self.executor, self.settings)
             await self._grpc.start()
-        log.info("listening: http %s:%s grpc %s", iface.host, self.http_port, self.grpc_port)
+        if self.settings.metrics.port is not None:
+            self._metrics_http = tornado.httpserver.HTTPServer(build_metrics_app(self.executor))
+            sockets = tornado.netutil.bind_sockets(
+                self.settings.metrics.port, iface.host, family=_family(iface.host)
+            )
+            self._metrics_http.add_sockets(sockets)
+            self.metrics_port = sockets[0].getsockname()[1]
+        log.info(
+            "listening: http %s:%s grpc %s metrics %s",
+            iface.host,
+            self.http_port,
+            self.grpc_port,
+            self.metrics_port,
+        )
         self._tasks.append(asyncio.ensure_future(_flush_access_log_every(ACCESS_FLUSH_S)))
+        self._tasks.append(asyncio.ensure_future(_sample_every(self.metrics, SAMPLE_S)))
         if apply_gpu_settings(self.settings.gpu) and self.settings.gpu and self.settings.gpu.mem_gc_enable:
             self._tasks.append(asyncio.ensure_future(gpu_gc_loop(self.settings.gpu)))
         try:
@@ -90,10 +115,13 @@ class GrpsServer:
             await self._http.close_all_connections()
         if self._grpc is not None:
             await self._grpc.stop(0.5)
+        if self._metrics_http is not None:
+            self._metrics_http.stop()
         for task in self._tasks:
             task.cancel()
         flush_access_log()
         self.executor.close()
+        self.metrics.close()
 
     def request_stop(self) -> None:
         self._stopping.set()
@@ -109,6 +137,20 @@ class GrpsServer:
         log.info("stopping: draining in-flight requests")
         await self.stop()
         log.info("stopped")
+
+
+async def _sample_every(metrics: ServerMetrics, period_s: float) -> None:
+    """Process and GPU readings for the dashboard; closing each second's series bucket."""
+    while True:
+        await asyncio.sleep(period_s)
+        metrics.sample()
+
+
+def model_labels(inference: InferenceSettings) -> dict[str, tuple[str, str]]:
+    """Metric labels per model key: (name, version); the DAG is labelled like the OIP catalog shows it."""
+    labels = {m.key: (m.name, m.version) for m in inference.models}
+    labels.setdefault(inference.dag.name, (inference.dag.name, DAG_VERSION))
+    return labels
 
 
 async def _flush_access_log_every(period_s: float) -> None:

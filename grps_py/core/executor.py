@@ -49,6 +49,7 @@ class Executor:
         self.stats = ModelStats()
         # Request-level observers (metrics, the access log): the server adds them; transports report.
         self.telemetry = RequestFanOut()
+        self.metrics: Any = None  # the server's metrics engine (grps_py.metrics), for the monitor routes
         limit = ConcurrencyLimit(server.max_concurrency)
         observers: SchedulerObserver = FanOut([self.stats, observer]) if observer else self.stats
         self.nodes = {m.key: ModelNode(m, bridge, limit, observers) for m in inference.models}

@@ -18,6 +18,7 @@ from grps_py.http.grps import (
     PredictHandler,
     ServerMetadataHandler,
 )
+from grps_py.http.monitor import monitor_routes
 from grps_py.http.oip import oip_routes
 
 Route = tuple[str, type[tornado.web.RequestHandler], dict[str, Any]]
@@ -50,7 +51,7 @@ def custom_routes(executor: Executor, settings: ServerSettings) -> list[Route]:
 
 
 def route_table(executor: Executor, settings: ServerSettings) -> list[Route]:
-    builtin = grps_routes(executor, settings) + oip_routes(executor)
+    builtin = grps_routes(executor, settings) + oip_routes(executor) + monitor_routes(executor)
     custom = custom_routes(executor, settings)
     _refuse_collisions(settings, builtin)
     return custom + builtin

@@ -1,0 +1,158 @@
+"""The Prometheus metric families of one server, and per-model caches of their labelled children.
+
+`labels(...)` hashes and validates its arguments on every call; a request instead finds its children
+with two dict lookups (model key, then protocol), so the hot path never formats or validates labels.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from grps_py.core import telemetry
+
+# Seconds, 0.5 ms .. 60 s: covers a fast ONNX model and a slow generation alike.
+DURATION_BUCKETS = (
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
+    60.0,
+)
+BATCH_BUCKETS = tuple(float(2**i) for i in range(11))  # 1 .. 1024 rows
+SUCCESS, FAILURE = "success", "failure"
+UNKNOWN_LABELS = ("unknown", "")
+_REASONS = frozenset(telemetry.REASONS)
+
+
+class Families:
+    """Every grps_* family that is labelled by model, registered on the server's own registry."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        mv, mvp = ("model", "version"), ("model", "version", "protocol")
+        self.requests = Counter(
+            "grps_requests",
+            "Inference requests answered, by outcome and failure reason.",
+            (*mvp, "outcome", "reason"),
+            registry=registry,
+        )
+        self.duration = Histogram(
+            "grps_request_duration_seconds",
+            "Inference request latency, arrival to answer.",
+            mvp,
+            buckets=DURATION_BUCKETS,
+            registry=registry,
+        )
+        self.queue = Histogram(
+            "grps_queue_duration_seconds",
+            "Time a request waited in its model's queue before its batch ran.",
+            mv,
+            buckets=DURATION_BUCKETS,
+            registry=registry,
+        )
+        self.compute = Histogram(
+            "grps_compute_duration_seconds",
+            "Compute time of one batch (or one unbatched request).",
+            mv,
+            buckets=DURATION_BUCKETS,
+            registry=registry,
+        )
+        self.batch = Histogram(
+            "grps_batch_size", "Rows per batch run.", mv, buckets=BATCH_BUCKETS, registry=registry
+        )
+        self.inflight = Gauge(
+            "grps_inflight_requests", "Inference requests being served.", mv, registry=registry
+        )
+        self.depth = Gauge(
+            "grps_queue_depth", "Requests waiting in the model's queue.", mv, registry=registry
+        )
+        self.rejections = Counter(
+            "grps_queue_rejections",
+            "Requests that left a queue without running (queue_full, timeout, cancelled).",
+            (*mv, "reason"),
+            registry=registry,
+        )
+        self.streamed = Counter(
+            "grps_streamed_messages", "Streamed response messages sent.", mvp, registry=registry
+        )
+        self.first_message = Histogram(
+            "grps_time_to_first_message_seconds",
+            "Time from a streaming request's start to its first message.",
+            mvp,
+            buckets=DURATION_BUCKETS,
+            registry=registry,
+        )
+        self.gpu_oom = Counter("grps_gpu_oom", "GPU out-of-memory errors.", mv, registry=registry)
+
+
+class ProtocolMetrics:
+    """The children of one (model, protocol): what a request's answer and its stream touch."""
+
+    __slots__ = ("_families", "_labels", "duration", "failures", "first_message", "streamed", "success")
+
+    def __init__(self, families: Families, model: str, version: str, protocol: str) -> None:
+        self._families = families
+        self._labels = (model, version, protocol)
+        self.success = families.requests.labels(model, version, protocol, SUCCESS, "")
+        self.failures: dict[str, Counter] = {}
+        self.duration = families.duration.labels(*self._labels)
+        self.streamed = families.streamed.labels(*self._labels)
+        self.first_message = families.first_message.labels(*self._labels)
+
+    def failure(self, reason: str) -> Counter:
+        child = self.failures.get(reason)
+        if child is None:
+            label = reason if reason in _REASONS else telemetry.INTERNAL  # keep the label set bounded
+            child = self.failures[reason] = self._families.requests.labels(*self._labels, FAILURE, label)
+        return child
+
+
+class ModelMetrics:
+    """The children of one model key; protocols and reasons are added the first time they are seen."""
+
+    __slots__ = (
+        "_families",
+        "batch",
+        "compute",
+        "depth",
+        "gpu_oom",
+        "inflight",
+        "labels",
+        "protocols",
+        "queue",
+        "rejections",
+    )
+
+    def __init__(self, families: Families, labels: tuple[str, str]) -> None:
+        self._families = families
+        self.labels = labels
+        self.queue = families.queue.labels(*labels)
+        self.compute = families.compute.labels(*labels)
+        self.batch = families.batch.labels(*labels)
+        self.inflight = families.inflight.labels(*labels)
+        self.depth = families.depth.labels(*labels)
+        self.gpu_oom = families.gpu_oom.labels(*labels)
+        self.protocols: dict[str, ProtocolMetrics] = {}
+        self.rejections: dict[str, Counter] = {}
+
+    def protocol(self, protocol: str) -> ProtocolMetrics:
+        children = self.protocols.get(protocol)
+        if children is None:
+            children = self.protocols[protocol] = ProtocolMetrics(self._families, *self.labels, protocol)
+        return children
+
+    def rejection(self, reason: str) -> Counter:
+        child = self.rejections.get(reason)
+        if child is None:
+            child = self.rejections[reason] = self._families.rejections.labels(*self.labels, reason)
+        return child

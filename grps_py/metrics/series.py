@@ -1,0 +1,269 @@
+"""Time-bucketed aggregates for the dashboard: the last minute, hour, day and month at a glance.
+
+Like grps's monitor, every scope (the whole server, each model) keeps buckets of 1 s, 1 min, 1 h and
+1 d. Only the current 1 s bucket is touched per request; when a second closes it is merged once into
+its minute, hour and day buckets, so the hot path stays a few attribute updates whatever the window.
+Buckets are aligned on epoch seconds (UTC minutes, hours and days).
+
+Not thread-safe: the observers that feed it and the readers are all called on the event loop thread.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+# Latency histogram: log-spaced buckets from 10 us with ratio 2**(1/8), so a bucket's geometric middle
+# is within 4.5% of any value in it; sparse (index -> count), so only the ranges seen cost memory.
+_LAT_MIN_S = 1e-5
+_LOG_RATIO = math.log(2) / 8
+_INV_LOG_RATIO = 1 / _LOG_RATIO
+PERCENTILES = (("p50", 0.50), ("p90", 0.90), ("p99", 0.99))
+
+
+def latency_index(seconds: float) -> int:
+    """The histogram bucket of a latency (everything below 10 us lands in bucket 0)."""
+    if seconds <= _LAT_MIN_S:
+        return 0
+    return int(math.log(seconds / _LAT_MIN_S) * _INV_LOG_RATIO)
+
+
+def index_value(index: int) -> float:
+    """The representative latency of a bucket: its geometric middle, in seconds."""
+    return _LAT_MIN_S * math.exp((index + 0.5) * _LOG_RATIO)
+
+
+class Bucket:
+    """What happened during one time bucket of one scope."""
+
+    __slots__ = (
+        "batches",
+        "failures",
+        "lat_hist",
+        "lat_max",
+        "lat_sum",
+        "ooms",
+        "queue_n",
+        "queue_sum",
+        "requests",
+        "rows",
+        "samples",
+        "start",
+    )
+
+    def __init__(self, start: int) -> None:
+        self.start = start
+        self.requests = 0
+        self.failures = 0
+        self.lat_sum = 0.0
+        self.lat_max = 0.0
+        self.lat_hist: dict[int, int] = {}
+        self.queue_sum = 0.0
+        self.queue_n = 0
+        self.rows = 0
+        self.batches = 0
+        self.ooms = 0
+        self.samples: dict[str, list[float]] = {}  # process/GPU sample name -> [sum, count]
+
+    def add_request(self, latency_s: float, failed: bool) -> None:
+        self.requests += 1
+        if failed:
+            self.failures += 1
+        self.lat_sum += latency_s
+        if latency_s > self.lat_max:
+            self.lat_max = latency_s
+        index = latency_index(latency_s)
+        hist = self.lat_hist
+        hist[index] = hist.get(index, 0) + 1
+
+    def add_batch(self, rows: int, queue_s: list[float]) -> None:
+        self.rows += rows
+        self.batches += 1
+        self.queue_sum += sum(queue_s)
+        self.queue_n += len(queue_s)
+
+    def add_sample(self, name: str, value: float) -> None:
+        entry = self.samples.get(name)
+        if entry is None:
+            self.samples[name] = [value, 1.0]
+        else:
+            entry[0] += value
+            entry[1] += 1
+
+    def empty(self) -> bool:
+        return not (self.requests or self.batches or self.ooms or self.samples)
+
+    def merge(self, other: Bucket) -> None:
+        """Fold a finer bucket into this coarser one."""
+        self.requests += other.requests
+        self.failures += other.failures
+        self.lat_sum += other.lat_sum
+        self.lat_max = max(self.lat_max, other.lat_max)
+        for index, count in other.lat_hist.items():
+            self.lat_hist[index] = self.lat_hist.get(index, 0) + count
+        self.queue_sum += other.queue_sum
+        self.queue_n += other.queue_n
+        self.rows += other.rows
+        self.batches += other.batches
+        self.ooms += other.ooms
+        for name, (total, n) in other.samples.items():
+            entry = self.samples.setdefault(name, [0.0, 0.0])
+            entry[0] += total
+            entry[1] += n
+
+    def percentiles(self) -> dict[str, float] | None:
+        """p50/p90/p99 latency in ms from the histogram (nearest rank, capped at the true maximum)."""
+        if not self.requests:
+            return None
+        ranks = [(key, max(1, math.ceil(q * self.requests))) for key, q in PERCENTILES]
+        out: dict[str, float] = {}
+        seen = 0
+        for index in sorted(self.lat_hist):
+            seen += self.lat_hist[index]
+            while ranks and ranks[0][1] <= seen:
+                key = ranks.pop(0)[0]
+                out[key] = _ms(min(index_value(index), self.lat_max))
+            if not ranks:
+                break
+        return out
+
+
+@dataclass(frozen=True)
+class Window:
+    """A dashboard window: `points` buckets of `step_s` seconds each."""
+
+    name: str
+    step_s: int
+    points: int
+
+
+# Finest first: the 1 s buckets are the ones written to; the others are merged into.
+WINDOWS = (
+    Window("minute", 1, 60),
+    Window("hour", 60, 60),
+    Window("day", 3600, 24),
+    Window("month", 86400, 30),
+)
+WINDOW_BY_NAME = {w.name: w for w in WINDOWS}
+
+
+class Ring:
+    """The buckets of one resolution, by start time; keeps what its window can show, plus the current."""
+
+    def __init__(self, window: Window) -> None:
+        self.window = window
+        self.buckets: dict[int, Bucket] = {}
+
+    def at(self, start: int) -> Bucket:
+        bucket = self.buckets.get(start)
+        if bucket is None:
+            bucket = self.buckets[start] = Bucket(start)
+            oldest = start - self.window.points * self.window.step_s
+            for old in [s for s in self.buckets if s < oldest]:
+                del self.buckets[old]
+        return bucket
+
+
+class Scope:
+    """The buckets of the whole server or of one model, at every resolution."""
+
+    def __init__(self) -> None:
+        self.rings = [Ring(w) for w in WINDOWS]
+        self.current: Bucket | None = None  # the 1 s bucket being filled (also in rings[0])
+
+    def bucket(self, now_s: int) -> Bucket:
+        """The 1 s bucket to record into at `now_s` (a clock that steps back keeps the current one)."""
+        current = self.current
+        if current is not None and current.start >= now_s:
+            return current
+        self.advance(now_s)
+        current = self.current = self.rings[0].at(now_s)
+        return current
+
+    def advance(self, now_s: int) -> None:
+        """Close the current 1 s bucket if its second is over, merging it into the coarser rings."""
+        current = self.current
+        if current is None or current.start >= now_s:
+            return
+        self.current = None
+        if current.empty():
+            return
+        for ring in self.rings[1:]:
+            step = ring.window.step_s
+            ring.at(current.start - current.start % step).merge(current)
+
+
+def _ms(seconds: float) -> float:
+    return round(seconds * 1000, 3)
+
+
+def _ratio(numerator: float, denominator: float, scale: float = 1.0) -> float | None:
+    return round(numerator / denominator * scale, 3) if denominator else None
+
+
+ValueOf = Callable[[Bucket, int], Any]  # a bucket and its length in seconds -> the point's value
+
+
+def _sample(name: str) -> ValueOf:
+    def value(bucket: Bucket, step_s: int) -> float | None:
+        entry = bucket.samples.get(name)
+        return round(entry[0] / entry[1], 3) if entry else None
+
+    return value
+
+
+# grps's metric names -> the value of one bucket (None: no data). Counts default to 0 for a missing
+# bucket the server was up for; every other series is null there.
+REQUEST_SERIES: dict[str, ValueOf] = {
+    "qps": lambda b, step: round(b.requests / step, 3),
+    "fail_rate(%)": lambda b, step: _ratio(b.failures, b.requests, 100),
+    "latency_avg(ms)": lambda b, step: _ratio(b.lat_sum, b.requests, 1000),
+    "latency_max(ms)": lambda b, step: _ms(b.lat_max) if b.requests else None,
+    "latency_cdf(ms)": lambda b, step: b.percentiles(),
+    "queue_time_avg(ms)": lambda b, step: _ratio(b.queue_sum, b.queue_n, 1000),
+    "batch_size_avg": lambda b, step: _ratio(b.rows, b.batches),
+    "gpu_oom_count": lambda b, step: b.ooms,
+}
+COUNT_SERIES = frozenset({"qps", "gpu_oom_count"})
+CPU, MEM = "cpu_usage(%)", "mem_usage(%)"
+
+
+def gpu_names(index: int) -> tuple[str, str]:
+    """The dashboard names of one GPU's utilisation and memory series."""
+    return f"gpu{index}_usage(%)", f"gpu{index}_mem_usage(MIB)"
+
+
+def process_series(names: list[str]) -> dict[str, ValueOf]:
+    """Series read from the process/GPU samples averaged over each bucket."""
+    return {name: _sample(name) for name in names}
+
+
+def render(
+    scope: Scope, name: str, value: ValueOf, window: Window, now: float, created: float
+) -> list[dict[str, Any]]:
+    """The window's points, oldest first, ending with the last complete bucket."""
+    step = window.step_s
+    buckets = scope.rings[WINDOWS.index(window)].buckets
+    now_s = int(now)
+    last = now_s - now_s % step - step
+    return [
+        {"t": start, "v": _value(buckets, start, step, name, value, created)}
+        for start in range(last - (window.points - 1) * step, last + step, step)
+    ]
+
+
+def latest(scope: Scope, name: str, value: ValueOf, now: float, created: float) -> Any:
+    """The value of the last complete 1 s bucket."""
+    return _value(scope.rings[0].buckets, int(now) - 1, 1, name, value, created)
+
+
+def _value(
+    buckets: dict[int, Bucket], start: int, step: int, name: str, value: ValueOf, created: float
+) -> Any:
+    bucket = buckets.get(start)
+    if bucket is not None:
+        return value(bucket, step)
+    # No bucket: nothing happened then. A count is 0 once the server was up, anything else unknown.
+    return 0 if name in COUNT_SERIES and start + step > created else None

@@ -1,0 +1,247 @@
+"""One server's metrics: the Prometheus registry and the dashboard's time series, fed by both observers.
+
+`ServerMetrics` is a `SchedulerObserver` (queues, batches) and a `RequestObserver` (answers,
+streams); the server builds one, hands it to the executor, and calls `sample()` once a second.
+Every method is meant for the event loop thread, as the observers are; `exposition()` only reads the
+registry (thread-safe) and may be called from any thread.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from contextlib import suppress
+from typing import Any
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Gauge, ProcessCollector, generate_latest
+
+from grps_py.core.telemetry import RequestRecord
+from grps_py.metrics.nvml import Nvml
+from grps_py.metrics.process import ProcessSampler, open_connections
+from grps_py.metrics.prometheus import UNKNOWN_LABELS, Families, ModelMetrics
+from grps_py.metrics.series import (
+    CPU,
+    MEM,
+    REQUEST_SERIES,
+    WINDOW_BY_NAME,
+    Bucket,
+    Scope,
+    ValueOf,
+    gpu_names,
+    latest,
+    process_series,
+    render,
+)
+from grps_py.metrics.user import UserMetricsCollector
+from grps_py.monitor import AppMonitor, app_monitor
+
+_MIB = 1 << 20
+
+
+class ServerMetrics:
+    """Prometheus metrics (`registry`, `exposition()`) and dashboard series (`series()`, `snapshot()`).
+
+    `model_labels` maps each model key ("name-version", or the DAG's name) to its (model, version)
+    labels; events for any other key (including "") count as ("unknown", "") in Prometheus and only in
+    the overall series. `gpu=False` never touches NVML. `clock` (epoch seconds) times every bucket.
+    `monitor` is whose user metrics are exported: grps's process-global `app_monitor` unless a test
+    gives its own.
+    """
+
+    def __init__(
+        self,
+        model_labels: Mapping[str, tuple[str, str]],
+        *,
+        gpu: bool = True,
+        clock: Callable[[], float] = time.time,
+        monitor: AppMonitor = app_monitor,
+    ) -> None:
+        self._clock = clock
+        self._created = clock()
+        self.registry = CollectorRegistry()
+        families = Families(self.registry)
+        self._models = {key: ModelMetrics(families, labels) for key, labels in model_labels.items()}
+        self._families = families
+        self._unknown: ModelMetrics | None = None  # made on first use: no idle "unknown" series
+        ProcessCollector(namespace="grps", registry=self.registry)
+        Gauge(
+            "grps_open_connections",
+            "Open sockets of this process (listeners included).",
+            registry=self.registry,
+        ).set_function(open_connections)
+        self.registry.register(UserMetricsCollector(monitor))
+        self._process = ProcessSampler(clock)
+        self._nvml = Nvml(enabled=gpu)
+        self._gpu_gauges = self._gpu_families() if self._nvml.devices else None
+        self._overall = Scope()
+        self._scopes = {key: Scope() for key in model_labels}
+        process_names = [CPU, MEM]
+        for index in self._nvml.devices:
+            process_names.extend(gpu_names(index))
+        self._process_series = process_series(process_names)
+
+    def _gpu_families(self) -> tuple[Gauge, Gauge, Gauge]:
+        return (
+            Gauge(
+                "grps_gpu_utilization_ratio", "GPU busy ratio (NVML).", ("device",), registry=self.registry
+            ),
+            Gauge("grps_gpu_memory_used_bytes", "GPU memory in use.", ("device",), registry=self.registry),
+            Gauge("grps_gpu_memory_total_bytes", "GPU memory in all.", ("device",), registry=self.registry),
+        )
+
+    def _model(self, key: str) -> ModelMetrics:
+        children = self._models.get(key)
+        if children is None:
+            children = self._unknown
+            if children is None:
+                children = self._unknown = ModelMetrics(self._families, UNKNOWN_LABELS)
+        return children
+
+    def _buckets(self, key: str) -> tuple[Bucket, Bucket | None]:
+        """The current 1 s buckets of the whole server and of the model (None: not a known model)."""
+        now_s = int(self._clock())
+        scope = self._scopes.get(key)
+        return self._overall.bucket(now_s), None if scope is None else scope.bucket(now_s)
+
+    # -- SchedulerObserver ---------------------------------------------------------------------
+    def queued(self, model: str, depth: int) -> None:
+        self._model(model).depth.set(depth)
+
+    def dropped(self, model: str, reason: str, depth: int) -> None:
+        children = self._model(model)
+        children.rejection(reason).inc()
+        children.depth.set(depth)
+
+    def batch_ran(self, model: str, rows: int, queue_s: list[float], compute_s: float, depth: int) -> None:
+        children = self._model(model)
+        children.batch.observe(rows)
+        children.compute.observe(compute_s)
+        observe = children.queue.observe
+        for wait in queue_s:
+            observe(wait)
+        children.depth.set(depth)
+        overall, scope = self._buckets(model)
+        overall.add_batch(rows, queue_s)
+        if scope is not None:
+            scope.add_batch(rows, queue_s)
+
+    # -- RequestObserver -----------------------------------------------------------------------
+    def request_started(self, protocol: str, model: str) -> None:
+        self._model(model).inflight.inc()
+
+    def request_finished(self, record: RequestRecord) -> None:
+        if not record.inference:
+            return
+        children = self._model(record.model)
+        children.inflight.dec()
+        by_protocol = children.protocol(record.protocol)
+        reason = record.reason
+        if reason is None:
+            by_protocol.success.inc()
+        else:
+            by_protocol.failure(reason).inc()
+        by_protocol.duration.observe(record.duration_s)
+        overall, scope = self._buckets(record.model)
+        overall.add_request(record.duration_s, reason is not None)
+        if scope is not None:
+            scope.add_request(record.duration_s, reason is not None)
+
+    def stream_message(self, protocol: str, model: str, first_after_s: float | None) -> None:
+        by_protocol = self._model(model).protocol(protocol)
+        by_protocol.streamed.inc()
+        if first_after_s is not None:
+            by_protocol.first_message.observe(first_after_s)
+
+    def gpu_oom(self, model: str) -> None:
+        self._model(model).gpu_oom.inc()
+        overall, scope = self._buckets(model)
+        overall.ooms += 1
+        if scope is not None:
+            scope.ooms += 1
+
+    # -- sampling ------------------------------------------------------------------------------
+    def sample(self) -> None:
+        """Close the buckets of past seconds, then record process and GPU usage into the current one."""
+        now_s = int(self._clock())
+        for scope in self._scopes.values():
+            scope.advance(now_s)
+        bucket = self._overall.bucket(now_s)
+        cpu, mem = self._process.sample()
+        if cpu is not None:
+            bucket.add_sample(CPU, cpu)
+        if mem is not None:
+            bucket.add_sample(MEM, mem)
+        if self._gpu_gauges is not None:
+            self._sample_gpus(bucket, self._gpu_gauges)
+
+    def _sample_gpus(self, bucket: Bucket, gauges: tuple[Gauge, Gauge, Gauge]) -> None:
+        """Set the GPU gauges and add the dashboard's samples; a device that did not answer loses its
+        series rather than keep showing a stale value."""
+        silent = set(self._nvml.devices)
+        for gpu in self._nvml.sample():
+            silent.discard(gpu.index)
+            device = str(gpu.index)
+            utilization, used, total = gauges
+            utilization.labels(device).set(gpu.utilization_ratio)
+            used.labels(device).set(gpu.memory_used_bytes)
+            total.labels(device).set(gpu.memory_total_bytes)
+            usage_name, memory_name = gpu_names(gpu.index)
+            bucket.add_sample(usage_name, gpu.utilization_ratio * 100)
+            bucket.add_sample(memory_name, gpu.memory_used_bytes / _MIB)
+        for index in silent:
+            for gauge in gauges:
+                with suppress(KeyError):
+                    gauge.remove(str(index))
+
+    def close(self) -> None:
+        """Release NVML (the registry needs nothing)."""
+        self._nvml.close()
+
+    # -- reading -------------------------------------------------------------------------------
+    def exposition(self) -> tuple[bytes, str]:
+        """The Prometheus text format body and its Content-Type."""
+        return generate_latest(self.registry), CONTENT_TYPE_LATEST
+
+    def models(self) -> list[str]:
+        return list(self._scopes)
+
+    def series_names(self) -> list[str]:
+        return [*REQUEST_SERIES, *self._process_series]
+
+    def series(self, name: str, model: str = "", window: str = "minute") -> dict[str, Any]:
+        """One series over a window, JSON-able. Process and GPU series are server-wide: asked for a
+        model, they answer the whole server's points with "model": "". KeyError for an unknown name
+        or model, ValueError for an unknown window."""
+        value = REQUEST_SERIES.get(name) or self._process_series.get(name)
+        if value is None:
+            raise KeyError(f"unknown series {name!r}; series: {', '.join(self.series_names())}")
+        scope = self._scope(model)
+        if name in self._process_series:
+            scope, model = self._overall, ""
+        spec = WINDOW_BY_NAME.get(window)
+        if spec is None:
+            raise ValueError(f"unknown window {window!r}; windows: {', '.join(WINDOW_BY_NAME)}")
+        now = self._clock()
+        scope.advance(int(now))
+        points = render(scope, name, value, spec, now, self._created)
+        return {"name": name, "model": model, "window": window, "step_s": spec.step_s, "points": points}
+
+    def snapshot(self) -> dict[str, Any]:
+        """The last complete second under grps's names (`*qps`, `*latency_avg(ms)`, ...), for the
+        whole server (with process and GPU usage) and per model; None where there was no data."""
+        now = self._clock()
+        overall = self._latest(self._overall, {**REQUEST_SERIES, **self._process_series}, now)
+        models = {key: self._latest(scope, REQUEST_SERIES, now) for key, scope in self._scopes.items()}
+        return {"overall": overall, "models": models}
+
+    def _scope(self, model: str) -> Scope:
+        if not model:
+            return self._overall
+        scope = self._scopes.get(model)
+        if scope is None:
+            raise KeyError(f"unknown model {model!r}; models: {', '.join(self._scopes)}")
+        return scope
+
+    def _latest(self, scope: Scope, names: Mapping[str, ValueOf], now: float) -> dict[str, Any]:
+        scope.advance(int(now))
+        return {"*" + name: latest(scope, name, value, now, self._created) for name, value in names.items()}
