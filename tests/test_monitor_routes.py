@@ -14,7 +14,7 @@ import tornado.netutil
 from prometheus_client.parser import text_string_to_metric_families
 
 from grps_py.http.monitor import SERIES, build_metrics_app
-from support import ServerThread
+from support import BASIC, ServerThread, start_project
 
 PREDICT = "/grps/v1/infer/predict"
 WINDOW_SHAPES = {"minute": (1, 60), "hour": (60, 60), "day": (3600, 24), "month": (86400, 30)}
@@ -179,3 +179,18 @@ def test_separate_metrics_app_serves_only_metrics(basic_server: ServerThread) ->
 async def close(server: tornado.httpserver.HTTPServer) -> None:
     server.stop()
     await server.close_all_connections()
+
+
+def test_metrics_on_their_own_port() -> None:
+    server = start_project(BASIC, server_conf=BASIC / "conf" / "server_metrics_port.yml")
+    try:
+        port = server.server.metrics_port
+        assert port is not None and port != server.server.http_port
+        reply = httpx.get(f"http://127.0.0.1:{port}/metrics")
+        assert reply.status_code == 200
+        names = {family.name for family in text_string_to_metric_families(reply.text)}
+        assert "grps_requests" in names
+        assert httpx.get(f"http://127.0.0.1:{port}/").status_code == 404  # only /metrics there
+        assert httpx.get(f"{server.http_url}/metrics").status_code == 200  # and still on the HTTP port
+    finally:
+        server.stop()
