@@ -1,8 +1,12 @@
 """Logging setup: stderr always, plus a daily-rotated file when log.log_dir is set.
 
-The access log (one line per request) is written as it comes but flushed to the OS in batches:
-at most every `ACCESS_FLUSH_S` (the server calls `flush_access_log`), at once for warnings and
-errors, and at shutdown, instead of a write system call per request.
+Every line carries the id of the request it was written for (`[id]` in text, `request_id` in JSON;
+"-" outside a request), tracebacks included, so one grep finds all of a request. A line's message is
+capped (`MAX_MESSAGE_CHARS`): a huge or binary value put in a message cannot flood the log.
+
+The access log (`ACCESS_LOGGER`, one line per request) and the log file are written as lines come but
+flushed to the OS in batches: at most every `ACCESS_FLUSH_S` (the server calls `flush_access_log`),
+at once for warnings and errors, and at shutdown, instead of a write system call per request.
 """
 
 from __future__ import annotations
@@ -11,14 +15,153 @@ import io
 import logging
 import logging.handlers
 import sys
+import time
+from pathlib import Path
 from typing import Any
 
+import orjson
+
+from grps_py.core import request_scope
 from grps_py.core.config import LogSettings
 
-FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+TEXT_FORMAT = "%(asctime)s %(levelname)s [%(request_id)s] %(name)s: %(message)s"
 LOGGERS = ("grps_py", "tornado")
-ACCESS_LOGGER = "tornado.access"
+ACCESS_LOGGER = "grps_py.access"
+TORNADO_ACCESS_LOGGER = "tornado.access"  # replaced by ours: silenced
 ACCESS_FLUSH_S = 0.5
+LOG_FILE = "grps_server.log"
+MAX_MESSAGE_CHARS = 4096  # per message, and per line of a traceback
+
+
+def cap(text: str, limit: int = MAX_MESSAGE_CHARS) -> str:
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... [{len(text) - limit} more chars]"
+
+
+class RequestIdFilter(logging.Filter):
+    """Adds `request_id` to each record: the one given with `extra=`, else the current request's, else "-"."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not getattr(record, "request_id", ""):
+            record.request_id = request_scope.current() or request_scope.NONE
+        return True
+
+
+class MessageCap(logging.Filter):
+    """Formats the message once and caps it; handlers after this one reuse the result."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.args or len(str(record.msg)) > MAX_MESSAGE_CHARS:
+            try:
+                message = record.getMessage()
+            except Exception:  # a bad log call: left for the handler to report as logging does
+                return True
+            record.msg, record.args = cap(message), None
+        return True
+
+
+def _exception_text(formatter: logging.Formatter, record: logging.LogRecord) -> str:
+    """The traceback (and stack) of a record, each line capped; cached on the record as logging does."""
+    if record.exc_info and not record.exc_text:
+        text = formatter.formatException(record.exc_info)
+        record.exc_text = "\n".join(cap(line) for line in text.splitlines())
+    parts = [record.exc_text or "", formatter.formatStack(record.stack_info) if record.stack_info else ""]
+    return "\n".join(p for p in parts if p)
+
+
+class _Clock:
+    """A record's local time as text, its date and seconds formatted once per second (strftime and the
+    time zone lookup are most of what formatting a short line costs)."""
+
+    def __init__(self, fmt: str) -> None:
+        self._fmt = fmt
+        self._cached: tuple[int, str, str] = (-1, "", "")
+
+    def parts(self, created: float) -> tuple[str, str, str]:
+        """Date and seconds, milliseconds, and the UTC offset as +HH:MM."""
+        second, text, zone = self._cached
+        now = int(created)
+        if now != second:
+            local = time.localtime(now)
+            offset = time.strftime("%z", local)
+            text, zone = time.strftime(self._fmt, local), f"{offset[:3]}:{offset[3:]}"
+            self._cached = (now, text, zone)
+        return text, f"{int((created - now) * 1000):03d}", zone
+
+
+class _OncePerRecord(logging.Formatter):
+    """Handlers sharing this formatter (stderr and the file) format a record once, not once each."""
+
+    _last: tuple[logging.LogRecord | None, str] = (None, "")
+
+    def format(self, record: logging.LogRecord) -> str:
+        last, text = self._last
+        if last is record:
+            return text
+        text = self.render(record)
+        self._last = (record, text)
+        return text
+
+    def render(self, record: logging.LogRecord) -> str:
+        raise NotImplementedError
+
+
+class TextFormatter(_OncePerRecord):
+    """`time LEVEL [request id] logger: message`; each traceback line starts with `[request id]` too."""
+
+    def __init__(self) -> None:
+        super().__init__(TEXT_FORMAT)
+        self._clock = _Clock("%Y-%m-%d %H:%M:%S")
+
+    def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:
+        if datefmt is not None:
+            return super().formatTime(record, datefmt)
+        text, millis, _ = self._clock.parts(record.created)
+        return f"{text},{millis}"
+
+    def render(self, record: logging.LogRecord) -> str:
+        rid = getattr(record, "request_id", "") or request_scope.current() or request_scope.NONE
+        record.request_id = rid  # also for a handler without RequestIdFilter
+        record.message = record.getMessage()
+        record.asctime = self.formatTime(record, self.datefmt)
+        line = self.formatMessage(record)
+        detail = _exception_text(self, record)
+        if not detail:
+            return line
+        if rid != request_scope.NONE:
+            detail = "\n".join(f"[{rid}] {part}" for part in detail.splitlines())
+        return f"{line}\n{detail}"
+
+
+class JsonFormatter(_OncePerRecord):
+    """One JSON object per line: time, level, logger, request_id, message, exc_info (a string, when there
+    is a traceback), and the structured fields a record carries in `fields` (the access log's)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._clock = _Clock("%Y-%m-%dT%H:%M:%S")
+
+    def render(self, record: logging.LogRecord) -> str:
+        text, millis, zone = self._clock.parts(record.created)
+        doc: dict[str, Any] = {
+            "time": f"{text}.{millis}{zone}",
+            "level": record.levelname,
+            "logger": record.name,
+            "request_id": getattr(record, "request_id", "") or request_scope.current() or request_scope.NONE,
+            "message": record.getMessage(),
+        }
+        fields = getattr(record, "fields", None)
+        if isinstance(fields, dict):
+            doc.update(fields)
+        detail = _exception_text(self, record)
+        if detail:
+            doc["exc_info"] = detail
+        return orjson.dumps(doc, default=str).decode()
+
+
+def make_formatter(fmt: str) -> logging.Formatter:
+    return JsonFormatter() if fmt == "json" else TextFormatter()
 
 
 class _DeferredFlush:
@@ -30,9 +173,12 @@ class _DeferredFlush:
     def flush_now(self) -> None:
         super().flush()  # type: ignore[misc]
 
+    def defers(self, record: logging.LogRecord) -> bool:
+        return record.levelno < logging.WARNING
+
     def handle(self, record: logging.LogRecord) -> bool:
         handled: bool = super().handle(record)  # type: ignore[misc]
-        if record.levelno >= logging.WARNING:
+        if not self.defers(record):
             self.flush_now()
         return handled
 
@@ -46,14 +192,40 @@ class DeferredStreamHandler(_DeferredFlush, logging.StreamHandler):  # type: ign
 
 
 class DeferredFileHandler(_DeferredFlush, logging.handlers.TimedRotatingFileHandler):
-    pass
+    """The log file: rotated at midnight, `log_backup_count` old files kept. One handler per file is
+    shared by every logger, so the file rotates once (two handlers on one file would each rename it).
+    Only the access log's INFO lines wait for `flush_access_log`: other lines reach the file at once,
+    so a process killed or crashing leaves its last words there."""
+
+    def defers(self, record: logging.LogRecord) -> bool:
+        return record.levelno < logging.WARNING and record.name == ACCESS_LOGGER
 
 
-def setup_logging(settings: LogSettings | None, level: int = logging.INFO) -> None:
-    """Our logs and Tornado's go to stderr and, when configured, a file; the access log batched."""
+def setup_logging(settings: LogSettings | None, level: int | None = None) -> None:
+    """Our logs and Tornado's go to stderr and, when configured, a file; the access log batched.
+
+    `level` (default: `log.level`) applies to the grps_py and tornado loggers; the access log is at
+    INFO when `log.access` is on, else at WARNING (no line per request). Idempotent: calling it again
+    (with the server's settings after a first call with None) adjusts levels and formats in place."""
+    log = settings or LogSettings()
+    level = level if level is not None else logging.getLevelName(log.level.upper())
+    formatter = make_formatter(log.format)
+    stderr = _handler(logging.getLogger(LOGGERS[0]), "<stderr>") or _with_filters(logging.StreamHandler())
+    access_stderr = _handler(logging.getLogger(ACCESS_LOGGER), "<stderr>") or _with_filters(
+        DeferredStreamHandler(_stderr_buffered())
+    )
+    file = _file_handler(log) if settings is not None else None
     for name in LOGGERS:
-        _configure(logging.getLogger(name), settings, level, deferred=False)
-    _configure(logging.getLogger(ACCESS_LOGGER), settings, level, deferred=True)
+        _attach(logging.getLogger(name), level, [stderr, file])
+    _attach(
+        logging.getLogger(ACCESS_LOGGER),
+        logging.INFO if log.access else logging.WARNING,
+        [access_stderr, file],
+    )
+    logging.getLogger(TORNADO_ACCESS_LOGGER).setLevel(logging.CRITICAL + 1)
+    for handler in (stderr, access_stderr, file):
+        if handler is not None:
+            handler.setFormatter(formatter)
 
 
 def flush_access_log() -> None:
@@ -62,28 +234,54 @@ def flush_access_log() -> None:
             handler.flush_now()
 
 
+def log_file_handler() -> DeferredFileHandler | None:
+    """The handler writing the log file, when one is configured."""
+    for handler in logging.getLogger(LOGGERS[0]).handlers:
+        if isinstance(handler, DeferredFileHandler):
+            return handler
+    return None
+
+
 def _stderr_buffered() -> Any:
     """stderr with a block buffer of its own (sys.stderr is line-buffered: a write per line)."""
     raw = io.FileIO(sys.stderr.fileno(), "w", closefd=False)
     return io.TextIOWrapper(io.BufferedWriter(raw, 1 << 16), encoding="utf-8", errors="replace")
 
 
-def _configure(logger: logging.Logger, settings: LogSettings | None, level: int, deferred: bool) -> None:
-    """Idempotent: the stderr handler is added once, the file handler once per log directory."""
+def _with_filters(handler: logging.Handler) -> logging.Handler:
+    handler.addFilter(RequestIdFilter())
+    handler.addFilter(MessageCap())
+    return handler
+
+
+def _handler(logger: logging.Logger, target: str) -> logging.Handler | None:
+    """The handler of ours writing to `target` (a file path, or "<stderr>") on this logger, if any."""
+    for handler in logger.handlers:
+        name = getattr(handler, "baseFilename", "<stderr>")
+        if name == target and any(isinstance(f, RequestIdFilter) for f in handler.filters):
+            return handler
+    return None
+
+
+def _file_handler(settings: LogSettings) -> logging.Handler | None:
+    """The one handler for log_dir/grps_server.log (created once per directory)."""
+    if settings.log_dir is None:
+        return None
+    path = str(Path(settings.log_dir, LOG_FILE).resolve())
+    for name in (*LOGGERS, ACCESS_LOGGER):
+        existing = _handler(logging.getLogger(name), path)
+        if existing is not None:
+            return existing
+    settings.log_dir.mkdir(parents=True, exist_ok=True)
+    handler = DeferredFileHandler(
+        path, when="midnight", backupCount=settings.log_backup_count, encoding="utf-8"
+    )
+    return _with_filters(handler)
+
+
+def _attach(logger: logging.Logger, level: int, handlers: list[logging.Handler | None]) -> None:
     logger.setLevel(level)
     logger.propagate = False
-    targets = {getattr(h, "baseFilename", "<stderr>") for h in logger.handlers}
-    if "<stderr>" not in targets:
-        stream = DeferredStreamHandler(_stderr_buffered()) if deferred else logging.StreamHandler()
-        stream.setFormatter(logging.Formatter(FORMAT))
-        logger.addHandler(stream)
-    if settings is None or settings.log_dir is None:
-        return
-    path = settings.log_dir / "grps_server.log"
-    if str(path.resolve()) in targets:
-        return
-    settings.log_dir.mkdir(parents=True, exist_ok=True)
-    handler_class = DeferredFileHandler if deferred else logging.handlers.TimedRotatingFileHandler
-    file_handler = handler_class(path, when="midnight", backupCount=settings.log_backup_count)
-    file_handler.setFormatter(logging.Formatter(FORMAT))
-    logger.addHandler(file_handler)
+    for handler in handlers:
+        if handler is not None and handler not in logger.handlers:
+            logger.addHandler(handler)

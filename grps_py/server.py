@@ -15,6 +15,7 @@ import grpc
 import tornado.httpserver
 import tornado.netutil
 
+from grps_py.access_log import install_access_log
 from grps_py.codecs.grps_pb import GrpsMessageBridge
 from grps_py.core.catalog import DAG_VERSION
 from grps_py.core.config import InferenceSettings, ServerSettings
@@ -43,6 +44,7 @@ class GrpsServer:
         self.executor = Executor(server, inference, GrpsMessageBridge(), observer=self.metrics)
         self.executor.metrics = self.metrics
         self.executor.telemetry.add(self.metrics)
+        install_access_log(self.executor, server.log)  # nothing when log.access is false
         self._http: tornado.httpserver.HTTPServer | None = None
         self._metrics_http: tornado.httpserver.HTTPServer | None = None
         self.metrics_port: int | None = None

@@ -88,8 +88,13 @@ def test_message_size_limit_applies_to_both_transports(tmp_path: Path) -> None:
             assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
         headers = {"Content-Type": "application/octet-stream"}
         url = f"{server.http_url}/grps/v1/infer/predict?model=echo"
-        # Tornado refuses an oversized Content-Length before any handler runs (400, connection closed).
-        assert httpx.post(url, content=b"x" * 10_000, headers=headers).status_code == 400
+        # Tornado refuses an oversized Content-Length before any handler runs (400, connection closed);
+        # on a busy machine it may close before the client has read that answer.
+        try:
+            refused: int | None = httpx.post(url, content=b"x" * 10_000, headers=headers).status_code
+        except httpx.TransportError:
+            refused = None
+        assert refused in (400, None)
         assert httpx.post(url, content=b"x" * 1000, headers=headers).content == b"x" * 1000
     finally:
         server.stop()

@@ -194,3 +194,11 @@ def test_metrics_on_their_own_port() -> None:
         assert httpx.get(f"{server.http_url}/metrics").status_code == 200  # and still on the HTTP port
     finally:
         server.stop()
+
+
+def test_gpu_out_of_memory_is_counted(http: httpx.Client) -> None:
+    reply = http.post(PREDICT, json={"model": "oom-1.0", "str_data": "x"})
+    assert reply.status_code == 500
+    families = {f.name: f for f in text_string_to_metric_families(http.get("/metrics").text)}
+    counts = [s.value for s in families["grps_gpu_oom"].samples if s.labels.get("model") == "oom"]
+    assert counts and counts[0] >= 1

@@ -19,6 +19,7 @@ from grps_py.core.errors import InvalidInput, ModelError
 from grps_py.core.executor import SERVER_NAME, Executor
 from grps_py.core.oip import OipRequest, OipResponse
 from grps_py.core.signature import messages_can_carry
+from grps_py.core.telemetry import OIP_HTTP
 from grps_py.core.types import InferRequest, Payload, PayloadKind, Tensor
 
 # Only what is really implemented is advertised.
@@ -34,10 +35,12 @@ def server_version() -> str:
 
 
 class OipDataplane:
-    """Health, metadata and inference in OIP terms, for both transports."""
+    """Health, metadata and inference in OIP terms, for both transports; `protocol` (oip-http or oip-grpc)
+    labels the requests it runs."""
 
-    def __init__(self, executor: Executor) -> None:
+    def __init__(self, executor: Executor, protocol: str = OIP_HTTP) -> None:
         self.executor = executor
+        self.protocol = protocol
 
     @property
     def catalog(self) -> Catalog:
@@ -99,7 +102,8 @@ class OipDataplane:
                 raise InvalidInput(_unknown_output(wanted.name, entry, sorted(known)))
         if entry.takes_messages:
             messages_can_carry(request.inputs)
-        return entry, InferRequest(Payload.of_tensors(request.inputs), ctx, entry.key, ctx.request_id)
+        payload = Payload.of_tensors(request.inputs)
+        return entry, InferRequest(payload, ctx, entry.key, ctx.request_id, self.protocol)
 
     async def infer(self, name: str, version: str, request: OipRequest, ctx: GrpsContext) -> OipResponse:
         entry, infer_request = self._prepare(name, version, request, ctx)

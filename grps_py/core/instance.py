@@ -29,12 +29,14 @@ reported message). A whole batch stops once every one of its requests has an err
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import inspect
 import logging
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from grps_py.core import request_scope
 from grps_py.core.context import GrpsContext
 from grps_py.core.model import Converter, ModelInferer
 from grps_py.core.types import Payload
@@ -54,6 +56,12 @@ def _try(fn: Callable[..., Any], *args: Any) -> Outcome:
         return fn(*args), None
     except Exception as exc:
         return None, exc
+
+
+def _try_as(ctx: GrpsContext, fn: Callable[..., Any], *args: Any) -> Outcome:
+    """`_try` for one request of a batch, its log lines under its own request id."""
+    with request_scope.scoped(ctx.request_id):
+        return _try(fn, *args)
 
 
 def _one_each(value: Any, count: int) -> bool:
@@ -127,18 +135,22 @@ class ModelInstance:
     async def _call(self, fn: Callable[..., Any], arg: Any, ctx: GrpsContext) -> Any:
         if inspect.iscoroutinefunction(fn):
             return await fn(arg, ctx)
-        return await asyncio.get_running_loop().run_in_executor(self.pool, fn, arg, ctx)
+        run = contextvars.copy_context().run  # the thread runs it under this request's id
+        return await asyncio.get_running_loop().run_in_executor(self.pool, run, fn, arg, ctx)
 
     def _run_alone(self, inp: Any, ctx: GrpsContext) -> Outcome:
-        return _try(self.run_one, inp, ctx)
+        return _try_as(ctx, self.run_one, inp, ctx)
 
     # -- a batch -------------------------------------------------------------------------------
     def run_batch(self, inps: list[Any], ctxs: list[GrpsContext]) -> list[Outcome]:
+        """In the instance's thread: lines about the whole batch carry all its request ids, lines of one
+        request's own step its id alone."""
         for ctx in ctxs:
             self._bind(ctx)
-        if self.batches_whole:
-            return self._run_whole(inps, ctxs)
-        return self._run_steps(inps, ctxs)
+        with request_scope.scoped(request_scope.batch_id(ctx.request_id for ctx in ctxs)):
+            if self.batches_whole:
+                return self._run_whole(inps, ctxs)
+            return self._run_steps(inps, ctxs)
 
     # -- grps's contract: the converter merges and splits the batch ----------------------------
     def _run_whole(self, inps: list[Any], ctxs: list[GrpsContext]) -> list[Outcome]:
@@ -212,15 +224,15 @@ class ModelInstance:
                 return [(out, None) for out in outs]
             log.info("model '%s': batch_%s failed (%s); running it per request", self.key, step, err)
         one = getattr(converter, step)
-        return [_try(one, item, ctx) for item, ctx in zip(items, ctxs, strict=True)]
+        return [_try_as(ctx, one, item, ctx) for item, ctx in zip(items, ctxs, strict=True)]
 
     def _infer(self, xs: list[Any], ctxs: list[GrpsContext]) -> list[Outcome]:
         if len(xs) <= 1:
-            return [_try(self.inferer.infer, x, ctx) for x, ctx in zip(xs, ctxs, strict=True)]
+            return [_try_as(ctx, self.inferer.infer, x, ctx) for x, ctx in zip(xs, ctxs, strict=True)]
         outs = self._infer_together(xs, ctxs)
         if outs is not None:
             return [(out, None) for out in outs]
-        return [_try(self.inferer.infer, x, ctx) for x, ctx in zip(xs, ctxs, strict=True)]
+        return [_try_as(ctx, self.inferer.infer, x, ctx) for x, ctx in zip(xs, ctxs, strict=True)]
 
     def _infer_together(self, xs: list[Any], ctxs: list[GrpsContext]) -> list[Any] | None:
         """One inference for the whole batch, or None to run request by request."""

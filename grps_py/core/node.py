@@ -105,6 +105,7 @@ class ModelNode:
             self._make_instance(i, device) for i, device in enumerate(instance_devices(settings))
         ]
         self.scheduler = ModelScheduler(settings, self.instances, limit, observer)
+        self._observer = observer
         if settings.batching.type == "dynamic" and not self.scheduler.batching:
             log.warning("model '%s': async model code is not batched; serving requests one by one", self.key)
         self.loaded = False
@@ -222,7 +223,10 @@ class ModelNode:
         except (GrpsError, asyncio.CancelledError):
             raise
         except Exception as exc:
-            log.error("request %s: model '%s' raised", ctx.request_id, self.key, exc_info=exc)
+            # The traceback goes to the log only, each line under the request's id (never to the client).
+            log.error("model '%s' raised", self.key, exc_info=exc, extra={"request_id": ctx.request_id})
+            if is_gpu_oom(exc):
+                self._observer.gpu_oom(self.key)
             raise ModelError(public_failure(self.key, exc)) from exc
         self.raise_if_reported(ctx)
         return self.converter_output(out)
@@ -231,3 +235,12 @@ class ModelNode:
         """grps model code reports errors through its context rather than by raising."""
         if ctx.has_err():
             raise ModelError(ctx.get_err_msg() or f"model '{self.key}' reported an error")
+
+
+def is_gpu_oom(exc: BaseException) -> bool:
+    """torch's OutOfMemoryError, or ONNX Runtime's CUDA allocation failure (told apart by name and
+    message: the core imports neither library)."""
+    if type(exc).__name__ == "OutOfMemoryError":
+        return True
+    text = str(exc).lower()
+    return "cuda" in text and ("out of memory" in text or "failed to allocate" in text)

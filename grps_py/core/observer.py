@@ -28,6 +28,9 @@ class SchedulerObserver(Protocol):
     def batch_ran(self, model: str, rows: int, queue_s: list[float], compute_s: float, depth: int) -> None:
         """A batch (or a single request) ran: its rows, each request's wait, the compute time."""
 
+    def gpu_oom(self, model: str) -> None:
+        """A request failed because the model ran out of GPU memory."""
+
 
 @dataclass
 class ModelCounters:
@@ -36,6 +39,7 @@ class ModelCounters:
     batches_run: int = 0  # totals since start: batches (a lone request is a batch of its rows)
     rows_run: int = 0
     dropped: Counter[str] = field(default_factory=Counter)
+    gpu_ooms: int = 0
     batches: deque[int] = field(default_factory=lambda: deque(maxlen=_RECENT))  # rows per batch
     queue_s: deque[float] = field(default_factory=lambda: deque(maxlen=_RECENT))
     compute_s: deque[float] = field(default_factory=lambda: deque(maxlen=_RECENT))
@@ -75,6 +79,9 @@ class ModelStats:
         counters.compute_s.append(compute_s)
         counters.depth = depth
 
+    def gpu_oom(self, model: str) -> None:
+        self.model(model).gpu_ooms += 1
+
 
 class FanOut:
     """Reports to several observers (the executor's own ModelStats and, say, a metrics exporter)."""
@@ -94,6 +101,10 @@ class FanOut:
         for observer in self._observers:
             observer.batch_ran(model, rows, queue_s, compute_s, depth)
 
+    def gpu_oom(self, model: str) -> None:
+        for observer in self._observers:
+            observer.gpu_oom(model)
+
 
 def summary(counters: ModelCounters) -> dict[str, Any]:
     """The counters as plain values (for metadata answers): totals, drops, recent batch sizes."""
@@ -104,6 +115,7 @@ def summary(counters: ModelCounters) -> dict[str, Any]:
         "batches_run": counters.batches_run,
         "rows_run": counters.rows_run,
         "dropped": dict(counters.dropped),
+        "gpu_ooms": counters.gpu_ooms,
         "recent_batch_rows": {
             "count": len(recent),
             "mean": round(sum(recent) / len(recent), 2) if recent else 0,

@@ -20,6 +20,7 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
+from grps_py.core import request_scope
 from grps_py.core.config import ModelSettings
 from grps_py.core.context import GrpsContext
 from grps_py.core.errors import DeadlineExceeded, InvalidInput, ModelNotReady, Overloaded
@@ -249,6 +250,9 @@ class ModelScheduler:
         return [], due - now
 
     async def _run(self, instance: ModelInstance, batch: list[QueueItem], started: float) -> None:
+        # This task may have been started from another request's task or the dispatcher: log lines
+        # here belong to the batch's own requests.
+        request_scope.enter(batch_scope(batch))
         loop = asyncio.get_running_loop()
         queue_s = [started - item.enqueued for item in batch]
         try:
@@ -294,12 +298,22 @@ class ModelScheduler:
         self._pending.clear()
 
 
+def batch_scope(batch: list[QueueItem]) -> str:
+    """The request id of a batch's log lines: its one request's, or all of theirs."""
+    if len(batch) == 1:
+        return batch[0].ctx.request_id
+    return request_scope.batch_id(item.ctx.request_id for item in batch)
+
+
 def _run_one(instance: ModelInstance, item: QueueItem) -> Outcome:
     """In the instance's thread. A prefetched request that timed out or was cancelled meanwhile is skipped."""
     item.started = True
     if item.abandoned:
         return None, None  # already answered on the loop
+    token = request_scope.enter(item.ctx.request_id)  # threads inherit no context: the model's lines
     try:
         return instance.run_one(item.inp, item.ctx), None
     except Exception as exc:
         return None, exc
+    finally:
+        request_scope.leave(token)

@@ -1,7 +1,14 @@
-"""The one gRPC error boundary, applied to every RPC (unary and server streaming).
+"""The one gRPC error boundary, applied to every RPC (unary, server streaming and bidirectional).
 
 A core error aborts the call with its real status code and a short message that carries the
 request id; anything unexpected is logged with its traceback and answers INTERNAL.
+
+The boundary also owns the wire bytes: RPCs are registered raw (`grpc/server.py`), so it parses the
+request and serializes each answer itself and knows their sizes without serializing twice. It names
+the request (`x-request-id` metadata, an OIP `id`, or a new id), returns that id in the trailing
+metadata, sets it for the request's log lines, and hands one `RequestRecord` per request to the
+executor's telemetry. On a bidirectional stream (ModelStreamInfer) each request on the stream gets
+its own record, made by the service with a `CallRecord`; the stream itself gets none.
 """
 
 from __future__ import annotations
@@ -9,35 +16,104 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
+import time
 from collections.abc import AsyncIterator, Callable
-from typing import Any, TypeVar
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar
 
 import grpc
+from google.protobuf import message_factory
+from google.protobuf.descriptor import ServiceDescriptor
+from google.protobuf.message import DecodeError
 
 from grps_py import status
+from grps_py.core import errors, request_scope, telemetry
 from grps_py.core.errors import GrpsError, InvalidInput, ModelError
+from grps_py.core.executor import Executor
+from grps_py.logs import ACCESS_LOGGER
 from grps_py.request_ids import new_request_id
 
 log = logging.getLogger("grps_py.grpc")
+client_log = logging.getLogger(ACCESS_LOGGER)  # client mistakes: per request, silent with log.access off
 F = TypeVar("F", bound=Callable[..., Any])
 BOUNDARY_MARK = "__grps_rpc_boundary__"
+REQUEST_ID_KEY = "x-request-id"
+CANCELLED_STATUS = status.ERROR_TABLE[errors.Cancelled].http
+
+
+class Service(Protocol):
+    """What a servicer tells its boundary about itself."""
+
+    executor: Executor
+    SERVICE: ServiceDescriptor
+    PROTOCOL: str  # the telemetry label of its inference RPCs
+    INFERENCE_RPCS: frozenset[str]
+
+    def model_key(self, request: Any) -> str:
+        """The model key an inference request runs under ("" when unknown)."""
+
+    def client_request_id(self, request: Any) -> str:
+        """An id the inference request carries in its body (OIP `id`), or ""."""
+
+
+@dataclass(frozen=True)
+class RpcInfo:
+    name: str
+    route: str  # "/package.Service/Method"
+    request_class: Any
+    inference: bool
+    protocol: str
+    client_streaming: bool
+
+    def parse(self, raw: bytes) -> Any:
+        try:
+            return self.request_class.FromString(raw)
+        except DecodeError:
+            raise InvalidInput(
+                f"the {self.name} request is not a valid {self.request_class.DESCRIPTOR.full_name} message"
+            ) from None
+
+
+@functools.cache
+def _rpc_info(service_class: type, name: str) -> RpcInfo:
+    service: ServiceDescriptor = service_class.SERVICE  # type: ignore[attr-defined]
+    method = service.methods_by_name[name]
+    inference = name in service_class.INFERENCE_RPCS  # type: ignore[attr-defined]
+    return RpcInfo(
+        name=name,
+        route=f"/{service.full_name}/{name}",
+        request_class=message_factory.GetMessageClass(method.input_type),
+        inference=inference,
+        protocol=service_class.PROTOCOL if inference else "grpc",  # type: ignore[attr-defined]
+        client_streaming=method.client_streaming,
+    )
+
+
+def rpc_info(service: Service, name: str) -> RpcInfo:
+    return _rpc_info(type(service), name)
+
+
+def metadata_request_id(context: grpc.aio.ServicerContext) -> str:
+    """The request id the client chose in `x-request-id` metadata; "" when none (or unusable)."""
+    for key, value in context.invocation_metadata() or ():
+        if key == REQUEST_ID_KEY:
+            return request_scope.client_request_id(value)
+    return ""
 
 
 def request_id_of(context: grpc.aio.ServicerContext) -> str:
-    for key, value in context.invocation_metadata() or ():
-        if key == "x-request-id" and isinstance(value, str) and value.isprintable():
-            return value[:64]
-    return new_request_id()
+    return metadata_request_id(context) or new_request_id()
 
 
-def log_failure(exc: BaseException, rid: str, rpc: str) -> None:
-    """Client mistakes at info, model failures at warning (the node logged the traceback), bugs in full."""
+def log_failure(exc: BaseException, rpc: str) -> None:
+    """Client mistakes at info (in the access log), model failures at warning (the node logged the
+    traceback), bugs in full. The line carries the request id of the current scope."""
     if isinstance(exc, ModelError):
-        log.warning("request %s: %s", rid, exc.public_message)
+        log.warning("%s", exc.public_message)
     elif isinstance(exc, GrpsError):
-        log.info("request %s: %s -> %s", rid, rpc, exc.public_message)
+        client_log.info("%s -> %s", rpc, exc.public_message)
     else:
-        log.error("request %s: %s failed", rid, rpc, exc_info=exc)
+        log.error("%s failed", rpc, exc_info=exc)
 
 
 def priority_of(context: grpc.aio.ServicerContext) -> int:
@@ -50,36 +126,166 @@ def priority_of(context: grpc.aio.ServicerContext) -> int:
     return 0
 
 
+class CallRecord:
+    """One request's RequestRecord in the making: an RPC, or one request on a bidirectional stream."""
+
+    def __init__(self, service: Service, info: RpcInfo, bytes_in: int, request_id: str, named: bool) -> None:
+        self._telemetry = service.executor.telemetry
+        self.info = info
+        self.request_id = request_id
+        self.named = named  # the client chose the id: an OIP `id` does not replace it
+        self.bytes_in = bytes_in
+        self.bytes_out = 0
+        self.model: str | None = None  # set once request_started was reported
+        self.status = 200
+        self.error: BaseException | None = None
+        self._started = time.time()
+        self._clock = time.perf_counter()
+        self._finished = False
+
+    def announce(self, context: grpc.aio.ServicerContext) -> None:
+        """The id for the request's log lines, and for the client in the trailing metadata."""
+        request_scope.enter(self.request_id)
+        context.set_trailing_metadata(((REQUEST_ID_KEY, self.request_id),))
+
+    def identify(self, service: Service, request: Any, context: grpc.aio.ServicerContext) -> None:
+        """An inference request: named by its OIP `id` unless the client named it, and now in flight."""
+        if not self.info.inference:
+            return
+        chosen = "" if self.named else request_scope.client_request_id(service.client_request_id(request))
+        if chosen:
+            self.request_id = chosen
+            self.announce(context)
+        self.start(service.model_key(request))
+
+    def start(self, model_key: str) -> None:
+        if self.info.inference and self.model is None:
+            self.model = model_key
+            self._telemetry.request_started(self.info.protocol, model_key)
+
+    def fail(self, exc: BaseException) -> None:
+        self.error = exc
+        self.status = status.wire_status(exc).http
+
+    def cancelled(self) -> None:
+        self.status = CANCELLED_STATUS
+
+    def finish(self) -> None:
+        if self._finished:
+            return
+        self._finished = True
+        if self.info.inference and self.model is None:
+            self.start("")  # failed before its model was known: still one start, one finish
+        self._telemetry.request_finished(
+            telemetry.RequestRecord(
+                request_id=self.request_id,
+                protocol=self.info.protocol,
+                route=self.info.route,
+                model=self.model or "",
+                inference=self.info.inference,
+                status=self.status,
+                reason=telemetry.reason_of(self.error, self.status),
+                started=self._started,
+                duration_s=time.perf_counter() - self._clock,
+                bytes_in=self.bytes_in,
+                bytes_out=self.bytes_out,
+            )
+        )
+
+
 async def _abort(context: grpc.aio.ServicerContext, exc: BaseException, rid: str, rpc: str) -> None:
-    log_failure(exc, rid, rpc)
+    log_failure(exc, rpc)
     code = status.wire_status(exc).grpc
     await context.abort(code, f"{status.public_message(exc)} [request_id={rid}]")
 
 
+def _open(service: Service, info: RpcInfo, raw: bytes, context: grpc.aio.ServicerContext) -> CallRecord:
+    rid = metadata_request_id(context)
+    call = CallRecord(service, info, len(raw), rid or new_request_id(), named=bool(rid))
+    call.announce(context)
+    return call
+
+
+async def parsed_requests(
+    info: RpcInfo, raw_requests: AsyncIterator[bytes]
+) -> AsyncIterator[tuple[Any, int]]:
+    """The requests of a client stream, each with its size on the wire."""
+    async for raw in raw_requests:
+        yield info.parse(raw), len(raw)
+
+
 def rpc_boundary(method: F) -> F:
-    """Wrap a servicer method: (self, request, context, request_id) -> response or async stream."""
+    """Wrap a servicer method: (self, request, context, request_id) -> response or async stream, registered
+    as raw bytes in and out. A bidirectional method gets (message, size) pairs and yields serialized
+    answers (its requests' records are its own)."""
     rpc = method.__name__
     if inspect.isasyncgenfunction(method):
 
         @functools.wraps(method)
-        async def streaming(self: Any, request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
-            rid = request_id_of(context)
+        async def streaming(self: Any, raw: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[bytes]:
+            info = rpc_info(self, rpc)
+            if info.client_streaming:
+                async for data in _bidirectional(method, self, info, raw, context):
+                    yield data
+                return
+            call = _open(self, info, raw, context)
             try:
-                async for item in method(self, request, context, rid):
-                    yield item
+                request = info.parse(raw)
+                call.identify(self, request, context)
+                async for item in method(self, request, context, call.request_id):
+                    data = item.SerializeToString()
+                    call.bytes_out += len(data)
+                    yield data
             except Exception as exc:
-                await _abort(context, exc, rid, rpc)
+                call.fail(exc)
+                await _abort(context, exc, call.request_id, rpc)
+            except BaseException:  # the client cancelled, or the stream was closed
+                call.cancelled()
+                raise
+            finally:
+                call.finish()
 
         setattr(streaming, BOUNDARY_MARK, True)
         return streaming  # type: ignore[return-value]
 
     @functools.wraps(method)
-    async def unary(self: Any, request: Any, context: grpc.aio.ServicerContext) -> Any:
-        rid = request_id_of(context)
+    async def unary(self: Any, raw: bytes, context: grpc.aio.ServicerContext) -> bytes:
+        info = rpc_info(self, rpc)
+        call = _open(self, info, raw, context)
         try:
-            return await method(self, request, context, rid)
+            request = info.parse(raw)
+            call.identify(self, request, context)
+            data: bytes = (await method(self, request, context, call.request_id)).SerializeToString()
+            call.bytes_out = len(data)
+            return data
         except Exception as exc:
-            await _abort(context, exc, rid, rpc)
+            call.fail(exc)
+            await _abort(context, exc, call.request_id, rpc)
+            raise  # not reached: abort raises
+        except BaseException:  # the client cancelled
+            call.cancelled()
+            raise
+        finally:
+            call.finish()
 
     setattr(unary, BOUNDARY_MARK, True)
     return unary  # type: ignore[return-value]
+
+
+async def _bidirectional(
+    method: Callable[..., Any],
+    service: Any,
+    info: RpcInfo,
+    raw_requests: Any,
+    context: grpc.aio.ServicerContext,
+) -> AsyncIterator[bytes]:
+    """A stream of requests: named by `x-request-id` (its requests then `<id>.1`, `<id>.2`, ... unless
+    they carry an OIP `id`); a failure of the stream itself aborts it."""
+    rid = request_id_of(context)
+    request_scope.enter(rid)
+    context.set_trailing_metadata(((REQUEST_ID_KEY, rid),))
+    try:
+        async for data in method(service, parsed_requests(info, raw_requests), context, rid):
+            yield data
+    except Exception as exc:
+        await _abort(context, exc, rid, info.name)

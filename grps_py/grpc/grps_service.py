@@ -10,6 +10,7 @@ import grpc
 from grps_py.codecs import grps_pb
 from grps_py.core.context import GrpsContext
 from grps_py.core.executor import Executor
+from grps_py.core.telemetry import GRPS_GRPC
 from grps_py.core.types import InferRequest
 from grps_py.grpc.boundary import priority_of, rpc_boundary
 from grps_py.protos import grps_pb2
@@ -30,8 +31,18 @@ class GrpsService:
     """Implements every rpc of grps_pb2_grpc.GrpsServiceServicer (each wrapped by the boundary, which
     supplies the request id, so the signatures differ from the generated base and it is not subclassed)."""
 
+    SERVICE = grps_pb2.DESCRIPTOR.services_by_name["GrpsService"]
+    PROTOCOL = GRPS_GRPC
+    INFERENCE_RPCS = frozenset({"Predict", "PredictStreaming"})
+
     def __init__(self, executor: Executor) -> None:
         self.executor = executor
+
+    def model_key(self, request: Msg) -> str:
+        return self.executor.model_key(request.model)
+
+    def client_request_id(self, request: Msg) -> str:
+        return ""
 
     def _request(self, message: Msg, context: Ctx, rid: str, streaming: bool) -> InferRequest:
         ctx = GrpsContext(
@@ -40,7 +51,7 @@ class GrpsService:
             request_id=rid,
             priority=priority_of(context),
         )
-        return InferRequest(grps_pb.message_to_payload(message), ctx, message.model, rid)
+        return InferRequest(grps_pb.message_to_payload(message), ctx, message.model, rid, self.PROTOCOL)
 
     @rpc_boundary
     async def Predict(self, request: Msg, context: Ctx, rid: str) -> Msg:

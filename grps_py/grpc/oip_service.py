@@ -5,18 +5,21 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any, TypeAlias
 
 import grpc
 
 from grps_py import status
 from grps_py.codecs import oip_pb
+from grps_py.core import request_scope
 from grps_py.core.context import GrpsContext
 from grps_py.core.dataplane import OipDataplane
+from grps_py.core.errors import GrpsError
 from grps_py.core.executor import Executor
 from grps_py.core.oip import EMPTY_FINAL_RESPONSE, FINAL_RESPONSE, OipRequest, OipResponse
-from grps_py.grpc.boundary import log_failure, rpc_boundary
+from grps_py.core.telemetry import OIP_GRPC
+from grps_py.grpc.boundary import CallRecord, log_failure, rpc_boundary, rpc_info
 from grps_py.protos import open_inference_pb2 as pb
 
 Ctx: TypeAlias = grpc.aio.ServicerContext
@@ -27,8 +30,22 @@ _READ_END = object()  # the client closed its side of the stream
 class OipService:
     """Implements GRPCInferenceService (each rpc wrapped by the boundary, which supplies the request id)."""
 
+    SERVICE = pb.DESCRIPTOR.services_by_name["GRPCInferenceService"]
+    PROTOCOL = OIP_GRPC
+    INFERENCE_RPCS = frozenset({"ModelInfer", "ModelStreamInfer"})
+
     def __init__(self, executor: Executor) -> None:
-        self.dataplane = OipDataplane(executor)
+        self.executor = executor
+        self.dataplane = OipDataplane(executor, OIP_GRPC)
+
+    def model_key(self, request: pb.ModelInferRequest) -> str:
+        try:
+            return self.dataplane.entry(request.model_name, request.model_version).key
+        except GrpsError:
+            return ""
+
+    def client_request_id(self, request: pb.ModelInferRequest) -> str:
+        return request.id
 
     @rpc_boundary
     async def ServerLive(self, request: Any, context: Ctx, rid: str) -> pb.ServerLiveResponse:
@@ -76,18 +93,20 @@ class OipService:
 
     @rpc_boundary
     async def ModelStreamInfer(
-        self, requests: AsyncIterator[pb.ModelInferRequest], context: Ctx, rid: str
-    ) -> AsyncIterator[pb.ModelStreamInferResponse]:
-        """Requests of one stream run concurrently; their responses interleave as they come."""
+        self, requests: AsyncIterator[tuple[pb.ModelInferRequest, int]], context: Ctx, rid: str
+    ) -> AsyncIterator[bytes]:
+        """Requests of one stream run concurrently; their (serialized) responses interleave as they come.
+        Each request is named by its OIP `id`, else `<stream id>.<n>`, and gets a record of its own."""
         queue: asyncio.Queue[Any] = asyncio.Queue()
         tasks: list[asyncio.Task[None]] = []
         numbers = itertools.count(1)
 
         async def read() -> None:
             try:
-                async for message in requests:
-                    rid_n = f"{rid}.{next(numbers)}"
-                    tasks.append(asyncio.ensure_future(self._serve(message, context, rid_n, queue)))
+                async for message, size in requests:
+                    number = next(numbers)
+                    rid_n = request_scope.client_request_id(message.id) or f"{rid}.{number}"
+                    tasks.append(asyncio.ensure_future(self._serve(message, size, context, rid_n, queue)))
             finally:
                 queue.put_nowait(_READ_END)  # after every request has its task
 
@@ -106,29 +125,47 @@ class OipService:
             reader.cancel()
             for task in tasks:
                 task.cancel()
+        await reader  # a request the stream could not parse fails the stream
 
     async def _serve(
-        self, message: pb.ModelInferRequest, context: Ctx, rid: str, queue: asyncio.Queue[Any]
+        self, message: pb.ModelInferRequest, size: int, context: Ctx, rid: str, queue: asyncio.Queue[Any]
     ) -> None:
         """Run one request of a stream; every message the model streams becomes one response."""
+        request_scope.enter(rid)  # this task's log lines
+        call = CallRecord(self, rpc_info(self, "ModelStreamInfer"), size, rid, named=True)
+        call.start(self.model_key(message))
         ctx: GrpsContext | None = None
+
+        def send(response: pb.ModelStreamInferResponse) -> None:
+            data = response.SerializeToString()
+            call.bytes_out += len(data)
+            queue.put_nowait(data)
+
         try:
             request = oip_pb.decode_infer_request(message)
             ctx = self.dataplane.context(request, rid, context.time_remaining(), streaming=True)
-            await self._stream_responses(message, request, ctx, queue)
+            await self._stream_responses(message, request, ctx, send)
         except asyncio.CancelledError:
+            call.cancelled()
             if ctx is not None:
                 ctx.cancel()
             raise
         except Exception as exc:
-            log_failure(exc, rid, "ModelStreamInfer")
-            text = f"{status.public_message(exc)} [request_id={rid}]"
-            queue.put_nowait(pb.ModelStreamInferResponse(error_message=text))
+            call.fail(exc)
+            log_failure(exc, "ModelStreamInfer")
+            send(
+                pb.ModelStreamInferResponse(error_message=f"{status.public_message(exc)} [request_id={rid}]")
+            )
         finally:
+            call.finish()
             queue.put_nowait(_DONE)
 
     async def _stream_responses(
-        self, message: pb.ModelInferRequest, request: OipRequest, ctx: GrpsContext, queue: asyncio.Queue[Any]
+        self,
+        message: pb.ModelInferRequest,
+        request: OipRequest,
+        ctx: GrpsContext,
+        send: Callable[[pb.ModelStreamInferResponse], None],
     ) -> None:
         """Each response carries `triton_final_response`. With `triton_enable_empty_final_response` the
         end is an empty response; otherwise each response is held until the next one comes, so the last
@@ -138,15 +175,15 @@ class OipService:
         held: OipResponse | None = None
         async for response in self.dataplane.infer_stream(name, version, request, ctx):
             if empty_final:
-                queue.put_nowait(_stream_response(response, final=False))
+                send(_stream_response(response, final=False))
                 continue
             if held is not None:
-                queue.put_nowait(_stream_response(held, final=False))
+                send(_stream_response(held, final=False))
             held = response
         if held is None:
             entry = self.dataplane.entry(name, version)
             held = OipResponse(entry.name, entry.version, [], id=request.id)
-        queue.put_nowait(_stream_response(held, final=True))
+        send(_stream_response(held, final=True))
 
 
 def _stream_response(response: OipResponse, final: bool) -> pb.ModelStreamInferResponse:

@@ -2,13 +2,36 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import grpc
 
 from grps_py.core.config import ServerSettings
 from grps_py.core.executor import Executor
+from grps_py.grpc.boundary import Service
 from grps_py.grpc.grps_service import GrpsService
 from grps_py.grpc.oip_service import OipService
-from grps_py.protos import grps_pb2_grpc, open_inference_pb2_grpc
+
+_HANDLER_KINDS: dict[tuple[bool, bool], Any] = {  # (client streaming, server streaming)
+    (False, False): grpc.unary_unary_rpc_method_handler,
+    (False, True): grpc.unary_stream_rpc_method_handler,
+    (True, False): grpc.stream_unary_rpc_method_handler,
+    (True, True): grpc.stream_stream_rpc_method_handler,
+}
+
+
+def add_service(server: grpc.aio.Server, servicer: Service) -> None:
+    """Register every rpc of the servicer's service with raw bytes in and out (no (de)serializer): its
+    boundary parses each request and serializes each answer, so it knows their sizes at no extra cost."""
+    handlers = {
+        method.name: _HANDLER_KINDS[(method.client_streaming, method.server_streaming)](
+            getattr(servicer, method.name)
+        )
+        for method in servicer.SERVICE.methods
+    }
+    name = servicer.SERVICE.full_name
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(name, handlers),))
+    server.add_registered_method_handlers(name, handlers)
 
 
 def build_grpc_server(executor: Executor, settings: ServerSettings) -> tuple[grpc.aio.Server, int]:
@@ -22,10 +45,8 @@ def build_grpc_server(executor: Executor, settings: ServerSettings) -> tuple[grp
         ],
         maximum_concurrent_rpcs=settings.max_connections,
     )
-    grps_pb2_grpc.add_GrpsServiceServicer_to_server(GrpsService(executor), server)  # type: ignore[no-untyped-call]
-    open_inference_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(  # type: ignore[no-untyped-call]
-        OipService(executor), server
-    )
+    add_service(server, GrpsService(executor))
+    add_service(server, OipService(executor))
     host = settings.interface.host
     address = (
         f"[{host}]:{settings.interface.grpc_port}"

@@ -10,7 +10,7 @@ import tornado.web
 from grps_py.core.config import ServerSettings
 from grps_py.core.errors import ConfigError
 from grps_py.core.executor import Executor
-from grps_py.http.base import NotFoundHandler
+from grps_py.http.base import NotFoundHandler, skip_tornado_access_log
 from grps_py.http.custom import AliasPredictHandler, CustomPredictHandler
 from grps_py.http.grps import (
     HealthHandler,
@@ -74,4 +74,5 @@ def build_app(executor: Executor, settings: ServerSettings) -> tornado.web.Appli
         default_handler_class=NotFoundHandler,
         default_handler_args={"executor": executor},
         compress_response=False,
+        log_function=skip_tornado_access_log,  # our access log writes each request once, with its id
     )

@@ -15,6 +15,7 @@ import tornado.web
 from grps_py.core.config import CustomizedPredictHttp, StreamingCtrl
 from grps_py.core.context import GrpsContext, HttpRequest, HttpResponse
 from grps_py.core.executor import Executor
+from grps_py.core.telemetry import CUSTOM
 from grps_py.core.types import InferRequest, Payload
 from grps_py.http.base import BaseHandler
 from grps_py.http.grps import PredictHandler
@@ -45,6 +46,8 @@ class RouteMethods(BaseHandler):
 class AliasPredictHandler(RouteMethods, PredictHandler):
     """`customized_body: false`: the grps predict API under the route's own path."""
 
+    protocol = CUSTOM
+
     def initialize(
         self,
         executor: Executor,
@@ -66,6 +69,8 @@ class CustomPredictHandler(RouteMethods, PredictBase):
     """`customized_body: true`: the raw request reaches model code; its answer goes back as set.
 
     Without an answer set by the model, its output is encoded as on the grps route."""
+
+    protocol = CUSTOM
 
     def initialize(self, executor: Executor, route: CustomizedPredictHttp = NO_ROUTE, **_: Any) -> None:
         super().initialize(executor)
@@ -97,7 +102,9 @@ class CustomPredictHandler(RouteMethods, PredictBase):
             priority=priority,
         )
         model = self.get_query_argument("model", "") or self.route.model
-        request = InferRequest(Payload.of_bytes(self.request.body), ctx, model, self.request_id)
+        request = InferRequest(
+            Payload.of_bytes(self.request.body), ctx, model, self.request_id, self.protocol
+        )
         content_type = self.route.streaming_ctrl.res_content_type
         if streaming and content_type.split(";")[0].strip() == EVENT_STREAM:
             self.set_header("Cache-Control", "no-cache")  # proxies must pass events on as they come

@@ -11,6 +11,7 @@ from grps_py.core.config import StreamingCtrl
 from grps_py.core.context import GrpsContext
 from grps_py.core.errors import InvalidInput
 from grps_py.core.executor import Executor
+from grps_py.core.telemetry import GRPS_HTTP
 from grps_py.core.types import InferRequest, Payload, PayloadKind
 from grps_py.http.base import BaseHandler
 from grps_py.http.streaming import OCTET_STREAM, PredictBase, is_true, streaming_requested
@@ -41,6 +42,7 @@ class PredictHandler(PredictBase):
     """POST a GrpsMessage as JSON, or raw bytes as application/octet-stream."""
 
     default_model = ""  # the model when neither the body nor ?model= names one ("": the DAG)
+    protocol = GRPS_HTTP
 
     def initialize(self, executor: Executor, streaming_ctrl: StreamingCtrl | None = None, **_: Any) -> None:
         super().initialize(executor)
@@ -76,7 +78,7 @@ class PredictHandler(PredictBase):
         ctx = GrpsContext(
             streaming=streaming, request_id=self.request_id, deadline_s=timeout_s, priority=priority
         )
-        request = InferRequest(payload, ctx, model, self.request_id)
+        request = InferRequest(payload, ctx, model, self.request_id, self.protocol)
         response = await self.run(request, self.ctrl.res_content_type)
         if response is None:  # streamed, or the client went away
             return

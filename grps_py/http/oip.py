@@ -23,6 +23,7 @@ from grps_py.core.dataplane import OipDataplane
 from grps_py.core.errors import GrpsError, InvalidInput, PayloadTooLarge
 from grps_py.core.executor import Executor
 from grps_py.core.oip import OipRequest, OipResponse
+from grps_py.core.telemetry import OIP_HTTP
 from grps_py.http.base import BaseHandler
 
 HEADER_LENGTH = "Inference-Header-Content-Length"
@@ -55,7 +56,7 @@ class OipHandler(BaseHandler):
     ) -> None:
         """`action` is for the health route, `stream` for generate_stream."""
         super().initialize(executor)
-        self.dataplane = dataplane or OipDataplane(executor)
+        self.dataplane = dataplane or OipDataplane(executor, OIP_HTTP)
         self.action = action
         self.stream = stream
 
@@ -111,8 +112,20 @@ class InferBase(OipHandler):
     """Reads the (possibly compressed) body and cancels the request when the client goes away."""
 
     _ctx: GrpsContext | None = None
+    protocol = OIP_HTTP
+    inference = True
+
+    def prepare(self) -> None:
+        super().prepare()
+        model, version = self.path_args[0], self.path_args[1] or ""
+        try:
+            key = self.dataplane.entry(model, version).key
+        except GrpsError:
+            key = ""  # answered 404 by the route itself
+        self.mark_started(key)
 
     def on_connection_close(self) -> None:
+        super().on_connection_close()
         if self._ctx is not None:
             self._ctx.cancel()
 
@@ -134,6 +147,8 @@ class InferBase(OipHandler):
         return data
 
     def context(self, request: OipRequest, streaming: bool = False) -> GrpsContext:
+        """The request's context, under its OIP `id` when it has one and no X-Request-Id came."""
+        self.adopt_request_id(request.id)
         self._ctx = self.dataplane.context(request, self.request_id, streaming=streaming)
         return self._ctx
 
@@ -211,18 +226,20 @@ class GenerateHandler(InferBase):
                 self.write(b"data: " + oip_generate.encode_generate(response) + b"\n\n")
                 await self.flush()
         except (StreamClosedError, asyncio.CancelledError):
+            self.mark_client_gone()
             ctx.cancel()
             return
         except GrpsError as exc:
             if not started:
                 raise
+            self.mark_failed(exc)
             self.write(b"data: " + oip_json.encode_error(status.public_message(exc)) + b"\n\n")
         if not self._finished:
             self.finish()
 
 
 def oip_routes(executor: Executor) -> list[tuple[str, type[BaseHandler], dict[str, Any]]]:
-    base: dict[str, Any] = {"executor": executor, "dataplane": OipDataplane(executor)}
+    base: dict[str, Any] = {"executor": executor, "dataplane": OipDataplane(executor, OIP_HTTP)}
     return [
         (r"/v2/?", ServerMetadataHandler, base),
         (r"/v2/health/live", HealthHandler, {**base, "action": "live"}),

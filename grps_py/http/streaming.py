@@ -52,8 +52,10 @@ class PredictBase(BaseHandler):
     """Runs one request unary or streaming, and cancels it when the client goes away."""
 
     _request: InferRequest | None = None
+    inference = True
 
     def on_connection_close(self) -> None:
+        super().on_connection_close()
         if self._request is not None:
             self._request.context.cancel()
 
@@ -68,6 +70,7 @@ class PredictBase(BaseHandler):
 
     async def run(self, request: InferRequest, content_type: str) -> InferResponse | None:
         """Stream the answer when the request asked for it (returns None); else return the answer."""
+        self.mark_started(self.executor.model_key(request.model))
         if request.context.if_streaming():
             await self.run_streaming(request, content_type)
             return None
@@ -99,13 +102,14 @@ class PredictBase(BaseHandler):
                 self.write(encode(response.payload))
                 await self.flush()
         except (StreamClosedError, asyncio.CancelledError):
+            self.mark_client_gone()
             request.context.cancel()
             return
         except GrpsError as exc:
             if not started:
                 raise
-            # Headers are gone: the error travels as the stream's last message.
-            code = status.wire_status(exc).http
+            # Headers are gone: the error travels as the stream's last message (and in the record).
+            code = self.mark_failed(exc)
             self.write(grps_json.encode_status(code, status.public_message(exc), False) + b"\n")
         if not started and self.answer_instead_of_stream(request):
             return

@@ -1,0 +1,77 @@
+"""The access log: one line per request, written from its RequestRecord to the `grps_py.access` logger.
+
+Text: `<time> INFO grps_py.access [<request id>] <protocol> <route> model=<key> status=<n> <ms>ms
+in=<bytes> out=<bytes>` (and ` reason=<why>` when it failed); JSON carries the same as fields. Nothing
+is formatted unless the logger is enabled for INFO (`log.access: false` sets it to WARNING).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from grps_py.core.config import LogSettings
+from grps_py.core.executor import Executor
+from grps_py.core.telemetry import RequestRecord
+from grps_py.logs import ACCESS_LOGGER
+
+LINE = "%s %s model=%s status=%d %.2fms in=%d out=%d"
+
+
+class AccessLog:
+    """A RequestObserver writing each finished request (started requests and stream messages: nothing)."""
+
+    def __init__(self, logger: logging.Logger | None = None) -> None:
+        self.logger = logger or logging.getLogger(ACCESS_LOGGER)
+
+    def request_started(self, protocol: str, model: str) -> None:
+        pass
+
+    def stream_message(self, protocol: str, model: str, first_after_s: float | None) -> None:
+        pass
+
+    def request_finished(self, record: RequestRecord) -> None:
+        if not self.logger.isEnabledFor(logging.INFO):
+            return
+        latency_ms = record.duration_s * 1e3
+        fields = {
+            "protocol": record.protocol,
+            "route": record.route,
+            "model": record.model,
+            "status": record.status,
+            "latency_ms": round(latency_ms, 3),
+            "bytes_in": record.bytes_in,
+            "bytes_out": record.bytes_out,
+            "reason": record.reason,
+        }
+        args = (
+            record.protocol,
+            record.route,
+            record.model or "-",
+            record.status,
+            latency_ms,
+            record.bytes_in,
+            record.bytes_out,
+        )
+        extra = {"request_id": record.request_id, "fields": fields}
+        line, line_args = (
+            (LINE, args) if record.reason is None else (LINE + " reason=%s", (*args, record.reason))
+        )
+        # The record is made directly: where in this file it was logged from is of no interest, and
+        # looking it up (as logger.info does) is a good part of the cost of a line.
+        self.logger.handle(
+            self.logger.makeRecord(
+                self.logger.name, logging.INFO, __file__, 0, line, line_args, None, extra=extra
+            )
+        )
+
+
+def install_access_log(executor: Executor, settings: LogSettings) -> AccessLog | None:
+    """Add the access log to the executor's request observers (once); nothing when `log.access` is off."""
+    if not settings.access:
+        return None
+    for observer in executor.telemetry.observers:
+        if isinstance(observer, AccessLog):
+            return observer
+    access = AccessLog()
+    executor.telemetry.add(access)
+    return access

@@ -1,0 +1,53 @@
+"""The request being handled, for log lines: a context variable the transports set per request.
+
+Each HTTP request and each RPC runs in an asyncio task of its own, so a boundary sets the id once for
+the rest of its task (tasks it starts inherit it). Worker threads do not inherit context variables
+(`run_in_executor` copies none), so the scheduler and instances set the id there while a request's
+model code runs. Transport-free: the logging filter and the core both read it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar, Token
+
+NONE = "-"  # what a log line shows outside any request
+MAX_ID_CHARS = 64
+_current: ContextVar[str] = ContextVar("grps_request_id", default="")
+
+
+def current() -> str:
+    """The id of the request being handled here, or "" outside any request."""
+    return _current.get()
+
+
+def enter(request_id: str) -> Token[str]:
+    """Set the id for the rest of the current task (or thread, until `leave`)."""
+    return _current.set(request_id)
+
+
+def leave(token: Token[str]) -> None:
+    _current.reset(token)
+
+
+@contextmanager
+def scoped(request_id: str) -> Iterator[None]:
+    token = _current.set(request_id)
+    try:
+        yield
+    finally:
+        _current.reset(token)
+
+
+def batch_id(request_ids: Iterable[str]) -> str:
+    """The id of lines about a batch as a whole: its requests' ids, comma-separated."""
+    return ",".join(request_ids)
+
+
+def client_request_id(text: object) -> str:
+    """An id a client chose (X-Request-Id, x-request-id metadata, an OIP `id`), when it is fit for a log
+    line and a header: printable ASCII, at most 64 characters kept. "" when it is not."""
+    if not isinstance(text, str) or not text or not text.isascii() or not text.isprintable():
+        return ""
+    return text[:MAX_ID_CHARS]
