@@ -13,6 +13,17 @@ from pathlib import Path
 from typing import Any
 
 from grps_py.core.datatypes import DATATYPE_NAMES
+from grps_py.core.protection import (
+    LIMITS_KEYS,
+    SECURITY_KEYS,
+    TLS_KEYS,
+    LimitsSettings,
+    SecuritySettings,
+    TlsSettings,
+    parse_limits,
+    parse_security,
+    parse_tls,
+)
 from grps_py.core.signature import TensorSpec
 from grps_py.core.yaml_fields import (
     Fields,
@@ -88,6 +99,9 @@ class ServerSettings:
     gpu: GpuSettings | None = None
     log: LogSettings = field(default_factory=LogSettings)
     metrics: MetricsSettings = field(default_factory=MetricsSettings)
+    limits: LimitsSettings = field(default_factory=LimitsSettings)
+    security: SecuritySettings = field(default_factory=SecuritySettings)
+    tls: TlsSettings = field(default_factory=TlsSettings)
     start_online: bool = True
     shutdown_grace_s: float = 10.0
     # Python's GIL switch interval. Model threads hand the GIL back and forth with the event loop;
@@ -174,6 +188,9 @@ class InferenceSettings:
 
 _ADDED_SERVER_KEYS = (
     "metrics",
+    "limits",
+    "security",
+    "tls",
     "start_online",
     "shutdown_grace_s",
     "gil_switch_interval_us",
@@ -254,6 +271,9 @@ def parse_server_settings(data: object, source: str, project_dir: Path) -> Serve
         gpu=None if gpu is None else _parse_gpu(fields.section("gpu", _GPU_KEYS)),
         log=_parse_log(fields.section("log", _LOG_KEYS), project_dir),
         metrics=_parse_metrics(fields.section("metrics", _METRICS_KEYS)),
+        limits=parse_limits(fields.section("limits", LIMITS_KEYS)),
+        security=parse_security(fields.section("security", SECURITY_KEYS)),
+        tls=parse_tls(fields.section("tls", TLS_KEYS), project_dir),
         start_online=fields.boolean("start_online", defaults.start_online),
         shutdown_grace_s=fields.number("shutdown_grace_s", defaults.shutdown_grace_s, 0),
         gil_switch_interval_us=fields.integer("gil_switch_interval_us", defaults.gil_switch_interval_us, 1),

@@ -644,3 +644,35 @@ def test_log_and_metrics_keys(project: Path) -> None:
 def test_log_and_metrics_errors(project: Path, data: dict[str, object], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         parse_server_settings(data, "server.yml", project)
+
+
+def test_protection_keys(project: Path, tmp_path: Path) -> None:
+    cert, key = tmp_path / "c.pem", tmp_path / "k.pem"
+    cert.write_text("x")
+    key.write_text("x")
+    data = {
+        "limits": {"http_body_bytes": 2048, "tensors": 4, "json_depth": 8, "idle_timeout_s": 5},
+        "security": {"admin_token": "adm", "inference_tokens": ["a", "b"]},
+        "tls": {"cert_file": str(cert), "key_file": str(key)},
+    }
+    settings = parse_server_settings(data, "server.yml", project)
+    assert (settings.limits.http_body_bytes, settings.limits.grpc_message_bytes) == (2048, None)
+    limits = settings.limits
+    assert (limits.tensors, limits.json_depth, limits.idle_timeout_s) == (4, 8, 5.0)
+    assert settings.security.admin_token == "adm" and settings.security.inference_tokens == ("a", "b")
+    assert settings.tls.enabled and settings.tls.cert_file == cert and settings.tls.client_ca_file is None
+    assert not parse_server_settings({}, "server.yml", project).tls.enabled
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ({"limits": {"tensors": 0}}, r"limits\.tensors: 0"),
+        ({"limits": {"body": 1}}, r"limits\.body: unknown key"),
+        ({"security": {"inference_tokens": "abc"}}, r"security\.inference_tokens: 'abc'"),
+        ({"tls": {"cert_file": "missing.pem", "key_file": "k.pem"}}, r"tls\.cert_file: 'missing\.pem'"),
+    ],
+)
+def test_protection_errors(project: Path, data: dict[str, object], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        parse_server_settings(data, "server.yml", project)
