@@ -3,7 +3,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install serve test lint typecheck pytest proto model clean
+.PHONY: install serve test lint typecheck pytest soak proto model clean
 
 install: $(STAMP)
 
@@ -27,6 +27,12 @@ pytest: $(STAMP)
 	$(BIN)/python -m pytest -q
 
 test: lint typecheck pytest
+
+# Mixed traffic against a served project, checking RSS, descriptors, asyncio tasks and statuses
+# (scripts/soak.py). SOAK_S=60 make soak for a short run (CI).
+SOAK_S ?= 600
+soak: $(STAMP)
+	$(BIN)/python scripts/soak.py --seconds $(SOAK_S)
 
 proto: $(STAMP)
 	$(BIN)/python scripts/gen_proto.py

@@ -9,11 +9,14 @@ import logging
 import signal
 import socket
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import grpc
 import tornado.httpserver
 import tornado.netutil
+import tornado.web
+from tornado.http1connection import HTTP1ServerConnection
 
 from grps_py.access_log import install_access_log
 from grps_py.codecs.grps_pb import GrpsMessageBridge
@@ -24,7 +27,10 @@ from grps_py.core.warmup import Progress
 from grps_py.gpu import apply_gpu_settings, gpu_gc_loop
 from grps_py.grpc.server import build_grpc_server
 from grps_py.http.app import build_app
+from grps_py.http.listener import build_http_server
 from grps_py.http.monitor import build_metrics_app
+from grps_py.http.policy import POLICY_SETTING, http_policy
+from grps_py.http.tls import server_ssl_context
 from grps_py.logs import ACCESS_FLUSH_S, flush_access_log
 from grps_py.metrics import ServerMetrics
 from grps_py.project import load_project
@@ -67,9 +73,8 @@ class GrpsServer:
         `on_progress` hears model loading and warmup steps (the CLI shows them on a terminal)."""
         iface = self.settings.interface
         sys.setswitchinterval(self.settings.gil_switch_interval_us / 1e6)  # process-wide, see config
-        self._http = tornado.httpserver.HTTPServer(
-            build_app(self.executor, self.settings), max_body_size=iface.max_message_bytes
-        )
+        tls = server_ssl_context(self.settings.tls, self.settings.source)  # None: plain HTTP
+        self._http = build_http_server(build_app(self.executor, self.settings), self.settings, tls)
         sockets = tornado.netutil.bind_sockets(iface.http_port, iface.host, family=_family(iface.host))
         self._http.add_sockets(sockets)
         self.http_port = sockets[0].getsockname()[1]
@@ -77,7 +82,9 @@ class GrpsServer:
             self._grpc, self.grpc_port = build_grpc_server(self.executor, self.settings)
             await self._grpc.start()
         if self.settings.metrics.port is not None:
-            self._metrics_http = tornado.httpserver.HTTPServer(build_metrics_app(self.executor))
+            self._metrics_http = build_http_server(
+                _metrics_app(self.executor, self.settings), self.settings, tls
+            )
             sockets = tornado.netutil.bind_sockets(
                 self.settings.metrics.port, iface.host, family=_family(iface.host)
             )
@@ -105,27 +112,43 @@ class GrpsServer:
             raise
 
     async def stop(self, grace_s: float | None = None) -> None:
-        """Go offline, let in-flight requests finish within the grace period, then close."""
+        """Drain, then close; nothing accepted is reset.
+
+        Readiness turns false at once and every HTTP answer from then on closes its connection. The
+        listeners stay open for up to the grace period while clients are connected or being served (a
+        load balancer that has not yet seen readiness turn false still gets answers), then close: new
+        connections are refused. Requests already accepted get up to the grace period again to finish;
+        any still running then are answered 503 / UNAVAILABLE (a stream with that error as its last
+        message), and the idle connections left are closed."""
         grace = self.settings.shutdown_grace_s if grace_s is None else grace_s
-        self.executor.offline()
-        if not await self.executor.drain(grace):
-            log.warning(
-                "%d request(s) still running after %.1fs; closing anyway", self.executor.in_flight, grace
-            )
+        self.executor.begin_drain()
         if self._http is not None:
-            self._http.stop()
-            await self._http.close_all_connections()
-        if self._grpc is not None:
-            await self._grpc.stop(0.5)
-        if self._metrics_http is not None:
-            self._metrics_http.stop()
+            self._http.conn_params.no_keep_alive = True  # read per request: each answer now ends with close
+        say = log.info if self.executor.is_loaded else log.debug  # a failed start-up says why elsewhere
+        say("draining: not ready; serving for up to %.1fs while clients are connected", grace)
+        await self._wait_until(self._quiet, grace)
+        grpc_stopped = self._close_listeners(grace)
+        if not await self._wait_until(self._answered, grace):
+            log.warning(
+                "%d request(s) still running %.1fs after the listeners closed; answering them 503",
+                self.executor.in_flight,
+                grace,
+            )
+            self.executor.abort("the server is shutting down")
+            await self._wait_until(self._answered, ABORT_FLUSH_S)
+        await self._close_connections(grpc_stopped)
         for task in self._tasks:
             task.cancel()
         flush_access_log()
         self.executor.close()
         self.metrics.close()
 
+    _hurried = False  # a second SIGTERM/SIGINT: stop waiting for clients
+
     def request_stop(self) -> None:
+        """The first call starts a graceful stop; a second one cuts the waiting short."""
+        if self._stopping.is_set():
+            self._hurried = True
         self._stopping.set()
 
     async def serve(self, on_progress: Progress | None = None) -> None:
@@ -139,6 +162,82 @@ class GrpsServer:
         log.info("stopping: draining in-flight requests")
         await self.stop()
         log.info("stopped")
+
+    # -- drain helpers -------------------------------------------------------------------------
+    async def _wait_until(self, done: Callable[[], bool], timeout_s: float) -> bool:
+        """Poll `done` until it holds (True), or until `timeout_s` passed or a second signal (False)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while not done():
+            if self._hurried or loop.time() >= deadline:
+                return False
+            await asyncio.sleep(DRAIN_POLL_S)
+        return True
+
+    def _http_connections(self) -> set[HTTP1ServerConnection]:
+        return set() if self._http is None else self._http._connections
+
+    def _quiet(self) -> bool:
+        """Nothing left to serve: no request in flight and no HTTP client connected."""
+        return self.executor.in_flight == 0 and not self._http_connections()
+
+    def _answered(self) -> bool:
+        """Every accepted request answered: none in flight, every HTTP connection idle and flushed."""
+        return self.executor.in_flight == 0 and all(_idle(conn) for conn in self._http_connections())
+
+    def _close_listeners(self, grace_s: float) -> asyncio.Future[None] | None:
+        """Refuse new connections; gRPC refuses new calls too and lets running ones finish (a bound past
+        the drain's, which ends them first)."""
+        for http in (self._http, self._metrics_http):
+            if http is not None:
+                _take_backlog(http)
+                http.stop()
+        say = log.info if self.executor.is_loaded else log.debug
+        say("listeners closed; waiting up to %.1fs for %d request(s)", grace_s, self.executor.in_flight)
+        if self._grpc is None:
+            return None
+        return asyncio.ensure_future(_stop_grpc(self._grpc, grace_s + ABORT_FLUSH_S + GRPC_LINGER_S))
+
+    async def _close_connections(self, grpc_stopped: asyncio.Future[None] | None) -> None:
+        """Close what is left: idle HTTP connections, and gRPC calls after a short linger (their answers
+        are on the way; an idle ModelStreamInfer stream is ended)."""
+        for http in (self._http, self._metrics_http):
+            if http is not None:
+                await http.close_all_connections()
+        if self._grpc is not None:
+            await self._grpc.stop(GRPC_LINGER_S)
+        if grpc_stopped is not None:
+            await grpc_stopped
+
+
+# Drain timing: how often the drain looks again, how long answers given at its end get to be written,
+# and how long gRPC calls get after the last request was answered.
+DRAIN_POLL_S = 0.05
+ABORT_FLUSH_S = 1.0
+GRPC_LINGER_S = 1.0
+
+
+def _take_backlog(server: tornado.httpserver.HTTPServer) -> None:
+    """Take in the connections the kernel has already accepted, so that closing the listener (right
+    after, with no await between) refuses only new ones instead of resetting these."""
+    for sock in list(server._sockets.values()):
+        while True:
+            try:
+                connection, address = sock.accept()
+            except OSError:  # none left (BlockingIOError), or the socket is gone
+                break
+            server._handle_connection(connection, address)
+
+
+async def _stop_grpc(server: grpc.aio.Server, grace_s: float) -> None:
+    await server.stop(grace_s)
+
+
+def _idle(conn: HTTP1ServerConnection) -> bool:
+    """A connection waiting for its next request with nothing buffered either way (not one whose
+    handler runs, whose answer is still being written, or whose request has begun to arrive)."""
+    stream = conn.stream
+    return stream.reading() and not stream.writing() and not stream._read_buffer_size
 
 
 async def _sample_every(metrics: ServerMetrics, period_s: float) -> None:
@@ -159,6 +258,13 @@ async def _flush_access_log_every(period_s: float) -> None:
     while True:
         await asyncio.sleep(period_s)
         flush_access_log()
+
+
+def _metrics_app(executor: Executor, settings: ServerSettings) -> tornado.web.Application:
+    """The `metrics.port` application, under the same limits as the API port (its route is open)."""
+    app = build_metrics_app(executor)
+    app.settings[POLICY_SETTING] = http_policy(settings)
+    return app
 
 
 def _family(host: str) -> socket.AddressFamily:

@@ -1,7 +1,9 @@
 """The one table: each core error class -> (HTTP status, gRPC status code).
 
 Retry meaning is kept: not ready and overloaded -> 503/UNAVAILABLE (retry later, as OIP and load
-balancers expect); bad input -> 400/INVALID_ARGUMENT (do not retry); anything unexpected -> 500/INTERNAL.
+balancers expect); bad input -> 400/INVALID_ARGUMENT (do not retry); a missing or wrong token ->
+401/UNAUTHENTICATED, a caller refused whatever its token -> 403/PERMISSION_DENIED (do not retry as sent);
+anything unexpected -> 500/INTERNAL.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ ERROR_TABLE: dict[type[errors.GrpsError], WireStatus] = {
     errors.GrpsError: WireStatus(500, grpc.StatusCode.INTERNAL),
     errors.InvalidInput: WireStatus(400, grpc.StatusCode.INVALID_ARGUMENT),
     errors.PayloadTooLarge: WireStatus(413, grpc.StatusCode.RESOURCE_EXHAUSTED),
+    errors.Unauthenticated: WireStatus(401, grpc.StatusCode.UNAUTHENTICATED),
+    errors.PermissionDenied: WireStatus(403, grpc.StatusCode.PERMISSION_DENIED),
     errors.ModelNotFound: WireStatus(404, grpc.StatusCode.NOT_FOUND),
     errors.ModelNotReady: WireStatus(503, grpc.StatusCode.UNAVAILABLE),
     errors.Overloaded: WireStatus(503, grpc.StatusCode.UNAVAILABLE),

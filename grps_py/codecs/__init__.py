@@ -6,6 +6,7 @@
 - `oip_json`, `oip_binary`, `oip_generate`: the Open Inference Protocol over HTTP (JSON, Triton's
   binary tensor extension, Triton's generate extension) <-> `OipRequest` / `OipResponse`.
 - `oip_pb`: the Open Inference Protocol's protobuf messages <-> `OipRequest` / `OipResponse`.
+- `limits`: what one request may carry (server.yml `limits`), checked by every decoder above.
 
 Nothing is imported here, so importing one codec does not load the others.
 """

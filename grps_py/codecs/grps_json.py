@@ -40,8 +40,18 @@ from grps_py.codecs.grps_pb import (
     string_values,
     tensor_label,
 )
-from grps_py.codecs.json_values import expect_list, expect_object, expect_str, load
+from grps_py.codecs.json_values import expect_list, expect_object, expect_str, flatten, load
+from grps_py.codecs.limits import (
+    DEFAULT_LIMITS,
+    ElementBudget,
+    check_length,
+    check_strings,
+    check_tensors,
+    for_body,
+)
+from grps_py.codecs.oip_binary import reshape
 from grps_py.core.errors import InvalidInput
+from grps_py.core.protection import LimitsSettings
 from grps_py.core.types import (
     DTYPE_BY_FLAT_FIELD,
     DTYPE_BY_NAME,
@@ -97,12 +107,13 @@ _GMAP_NAMES = _aliases(*GMAP_FIELDS)
 # --- decoding ----------------------------------------------------------------------------------
 
 
-def decode_request(body: bytes) -> tuple[Payload, str]:
+def decode_request(body: bytes, limits: LimitsSettings = DEFAULT_LIMITS) -> tuple[Payload, str]:
     """The payload of a JSON request and its `model` field ("" when absent). `status` is ignored.
 
-    Anything malformed raises `InvalidInput` with a message meant for the client.
+    Anything malformed, or beyond `limits`, raises `InvalidInput` with a message meant for the client.
     """
-    document = load(body, "request body is not valid JSON")
+    limits = for_body(limits, len(body))
+    document = load(body, "request body is not valid JSON", limits)
     fields = _known_fields(document, _MESSAGE_FIELDS, "the request")
     model = expect_str(fields.get("model", ""), "model")
     data_fields = [name for name in fields if name in _DATA_DECODERS]
@@ -110,7 +121,7 @@ def decode_request(body: bytes) -> tuple[Payload, str]:
         raise InvalidInput(f"the request sets {' and '.join(data_fields)}; set only one data field")
     if not data_fields:
         return Payload.empty(), model
-    return _DATA_DECODERS[data_fields[0]](fields[data_fields[0]]), model
+    return _DATA_DECODERS[data_fields[0]](fields[data_fields[0]], limits), model
 
 
 def _known_fields(value: Any, aliases: dict[str, str], where: str) -> dict[str, Any]:
@@ -138,28 +149,37 @@ def _decode_base64(value: Any, where: str) -> bytes:
         raise InvalidInput(f"{where} is not valid base64") from exc
 
 
-def _decode_bin_data(value: Any) -> Payload:
-    return Payload.of_bytes(_decode_base64(value, "bin_data"))
+def _decode_bin_data(value: Any, limits: LimitsSettings) -> Payload:
+    data = _decode_base64(value, "bin_data")
+    check_length(len(data), "bin_data", limits)
+    return Payload.of_bytes(data)
 
 
-def _decode_str_data(value: Any) -> Payload:
-    return Payload.of_text(expect_str(value, "str_data"))
+def _decode_str_data(value: Any, limits: LimitsSettings) -> Payload:
+    text = expect_str(value, "str_data")
+    check_strings([text], "str_data", limits)
+    return Payload.of_text(text)
 
 
-def _decode_gtensors(value: Any) -> Payload:
+def _decode_gtensors(value: Any, limits: LimitsSettings) -> Payload:
     fields = _known_fields(value, _GTENSORS_FIELDS, "gtensors")
     items = expect_list(fields.get("tensors", []), "gtensors.tensors")
-    return Payload.of_tensors([_decode_tensor(item, index) for index, item in enumerate(items)])
+    check_tensors(len(items), limits)
+    budget = ElementBudget(limits)
+    return Payload.of_tensors(
+        [_decode_tensor(item, index, budget, limits) for index, item in enumerate(items)]
+    )
 
 
-def _decode_tensor(item: Any, index: int) -> Tensor:
+def _decode_tensor(item: Any, index: int, budget: ElementBudget, limits: LimitsSettings) -> Tensor:
     where = f"gtensors.tensors[{index}]"
     fields = _known_fields(item, _TENSOR_FIELDS, where)
     name = expect_str(fields.get("name", ""), f"{where}.name")
-    label = tensor_label(name, index)
+    label = tensor_label(name[:64], index)
     info = dtype_info(_dtype_number(fields.get("dtype", 0), label), label)
     shape = _decode_shape(fields.get("shape", []), label)
-    return Tensor(name, fit_shape(_decode_flat(fields, info, label), shape, label))
+    budget.take_shape(shape, label)  # before the values are read: a claimed shape allocates nothing
+    return Tensor(name, fit_shape(_decode_flat(fields, info, label, limits), shape, label))
 
 
 def _dtype_number(value: Any, label: str) -> int:
@@ -182,7 +202,7 @@ def _decode_shape(value: Any, label: str) -> list[int]:
     return value
 
 
-def _decode_flat(fields: dict[str, Any], info: DTypeInfo, label: str) -> Array:
+def _decode_flat(fields: dict[str, Any], info: DTypeInfo, label: str, limits: LimitsSettings) -> Array:
     """The tensor's values, from the one flat field its dtype uses (others must be absent or empty)."""
     populated = [
         name
@@ -192,14 +212,15 @@ def _decode_flat(fields: dict[str, Any], info: DTypeInfo, label: str) -> Array:
     check_flat_fields(populated, info, label)
     values = fields.get(info.flat_field, [])
     if info is _STRING:
-        return _decode_strings(values, label)
+        return _decode_strings(values, label, limits)
     return _decode_numbers(values, info, label)
 
 
-def _decode_strings(values: list[Any], label: str) -> Array:
+def _decode_strings(values: list[Any], label: str, limits: LimitsSettings) -> Array:
     odd_types = set(map(type, values)) - {str}
     if odd_types:
         raise InvalidInput(f"{label}: expected a string, found {_json_kind(odd_types)}")
+    check_strings(values, label, limits)
     strings = np.empty(len(values), dtype=object)
     strings[:] = values
     return strings
@@ -265,25 +286,35 @@ def _json_kind(types: set[type]) -> str:
     return _JSON_KINDS.get(min(types, key=lambda t: t.__name__), "a value of the wrong type")
 
 
-def _decode_ndarray(value: Any) -> Payload:
-    """A nested array of numbers -> one unnamed DT_FLOAT32 tensor of that shape."""
-    try:
-        wide = np.array(value)  # numpy finds the shape, and refuses ragged nesting
-    except ValueError as exc:
-        raise InvalidInput("ndarray is ragged: rows at the same depth must have the same length") from exc
-    if wide.dtype.kind not in "iuf":  # strings ("NaN"), true/false, null: look element by element
-        elements = np.array(value, dtype=object)
-        wide = _decode_numbers(elements.ravel().tolist(), _FLOAT32, "ndarray").reshape(elements.shape)
-    return Payload.of_tensors([Tensor("", narrow_floats(wide, _FLOAT32, "ndarray"))])
+def _decode_ndarray(value: Any, limits: LimitsSettings) -> Payload:
+    """A nested array of numbers (or one number) -> one unnamed DT_FLOAT32 tensor of that shape.
+
+    Not `np.array(value)`: on a stray string it would allocate that string's width for every element.
+    """
+    values: list[Any] = [value]
+    shape: list[int] = []
+    if isinstance(value, list):
+        try:
+            values, shape, _ = flatten(value, "ndarray")
+        except InvalidInput:
+            raise InvalidInput(
+                "ndarray is ragged: rows at the same depth must have the same length"
+            ) from None
+    ElementBudget(limits).take(len(values), "ndarray")
+    return Payload.of_tensors(
+        [Tensor("", reshape(_decode_numbers(values, _FLOAT32, "ndarray"), shape, "ndarray"))]
+    )
 
 
-def _decode_gmap(value: Any) -> Payload:
+def _decode_gmap(value: Any, limits: LimitsSettings) -> Payload:
     """All six maps are present in the result (empty when absent), as grps_pb gives them."""
     gmap: GenericMap = {name: {} for name in GMAP_FIELDS}
     for name, entries in _known_fields(value, _GMAP_NAMES, "gmap").items():
         decode_value = _GMAP_VALUE_DECODERS[name]
         items = expect_object(entries, f"gmap.{name}").items()
         gmap[name] = {key: decode_value(item, f"gmap.{name}['{key[:40]}']") for key, item in items}
+        if name in _GMAP_STRING_MAPS:
+            check_strings(list(gmap[name].values()), f"gmap.{name}", limits)
     return Payload.of_map(gmap)
 
 
@@ -300,7 +331,8 @@ _GMAP_VALUE_DECODERS: dict[str, Callable[[Any, str], Any]] = {
     "s_f": _scalar_decoder(_FLOAT32),
     "s_d": _scalar_decoder(_FLOAT64),
 }
-_DATA_DECODERS: dict[str, Callable[[Any], Payload]] = {
+_GMAP_STRING_MAPS = ("s_s", "s_b")
+_DATA_DECODERS: dict[str, Callable[[Any, LimitsSettings], Payload]] = {
     "bin_data": _decode_bin_data,
     "str_data": _decode_str_data,
     "gtensors": _decode_gtensors,

@@ -18,7 +18,16 @@ from typing import Any
 
 import numpy as np
 
+from grps_py.codecs.limits import (
+    DEFAULT_LIMITS,
+    UNLIMITED,
+    ElementBudget,
+    check_length,
+    check_strings,
+    check_tensors,
+)
 from grps_py.core.errors import InvalidInput, ModelError
+from grps_py.core.protection import LimitsSettings
 from grps_py.core.types import (
     DTYPE_BY_FLAT_FIELD,
     DTYPE_BY_NAME,
@@ -84,7 +93,10 @@ def fit_shape(flat: Array, shape: list[int], label: str) -> Array:
     """Reshape flat data to `shape`; an empty shape is a scalar and takes exactly one value."""
     if flat.size != math.prod(shape):
         raise InvalidInput(f"{label}: {flat.size} values do not fit shape {shape}")
-    return flat.reshape(shape)
+    try:
+        return flat.reshape(shape)
+    except ValueError:  # more dims than numpy holds (64), or a huge shape with a zero in it
+        raise InvalidInput(f"{label}: shape {shape} cannot be used") from None
 
 
 def narrow_ints(wide: Array, info: DTypeInfo, label: str) -> Array:
@@ -117,38 +129,53 @@ def string_values(flat: Array) -> list[str]:
 # --- GrpsMessage -> Payload --------------------------------------------------------------------
 
 
-def message_to_payload(msg: grps_pb2.GrpsMessage) -> Payload:
+def message_to_payload(msg: grps_pb2.GrpsMessage, limits: LimitsSettings = DEFAULT_LIMITS) -> Payload:
     """The payload a request message carries. Tensors are checked and become numpy arrays.
 
     A `gmap` becomes a dict holding all six maps (`GMAP_FIELDS`), empty ones included, so that
     `payload.value["s_s"]` never fails. `ndarray` exists only in HTTP JSON and is refused here.
+    Anything beyond `limits` is an `InvalidInput`.
     """
     which = msg.WhichOneof("data_oneof")
     if which is None:
         return Payload.empty()
     if which == "bin_data":
+        check_length(len(msg.bin_data), "bin_data", limits)
         return Payload.of_bytes(msg.bin_data)
     if which == "str_data":
+        check_strings([msg.str_data], "str_data", limits)
         return Payload.of_text(msg.str_data)
     if which == "gtensors":
         tensors = msg.gtensors.tensors
-        return Payload.of_tensors([_read_tensor(tensor, i) for i, tensor in enumerate(tensors)])
+        check_tensors(len(tensors), limits)
+        budget = ElementBudget(limits)
+        return Payload.of_tensors(
+            [_read_tensor(tensor, i, budget, limits) for i, tensor in enumerate(tensors)]
+        )
     if which == "gmap":
-        return Payload.of_map({name: dict(getattr(msg.gmap, name)) for name in GMAP_FIELDS})
+        gmap = {name: dict(getattr(msg.gmap, name)) for name in GMAP_FIELDS}
+        for name in ("s_s", "s_b"):
+            check_strings(list(gmap[name].values()), f"gmap.{name}", limits)
+        return Payload.of_map(gmap)
     raise InvalidInput("ndarray is only for HTTP JSON; send gtensors over gRPC")
 
 
-def _read_tensor(tensor: grps_pb2.GenericTensor, index: int) -> Tensor:
-    label = tensor_label(tensor.name, index)
+def _read_tensor(
+    tensor: grps_pb2.GenericTensor, index: int, budget: ElementBudget, limits: LimitsSettings
+) -> Tensor:
+    label = tensor_label(tensor.name[:64], index)
     info = dtype_info(tensor.dtype, label)
     populated = [field.name for field, _ in tensor.ListFields() if field.name in DTYPE_BY_FLAT_FIELD]
     check_flat_fields(populated, info, label)
-    return Tensor(tensor.name, fit_shape(_read_flat(tensor, info, label), list(tensor.shape), label))
+    shape = list(tensor.shape)
+    budget.take_shape(shape, label)
+    return Tensor(tensor.name, fit_shape(_read_flat(tensor, info, label, limits), shape, label))
 
 
-def _read_flat(tensor: grps_pb2.GenericTensor, info: DTypeInfo, label: str) -> Array:
+def _read_flat(tensor: grps_pb2.GenericTensor, info: DTypeInfo, label: str, limits: LimitsSettings) -> Array:
     values = getattr(tensor, info.flat_field)
     if info is _STRING:
+        check_strings(values, label, limits)
         strings = np.empty(len(values), dtype=object)
         strings[:] = list(values)
         return strings
@@ -306,7 +333,7 @@ class GrpsMessageBridge:
         if not isinstance(message, grps_pb2.GrpsMessage):
             raise TypeError(f"expected a grps GrpsMessage, got {type(message).__name__}")
         try:
-            return message_to_payload(message)
+            return message_to_payload(message, UNLIMITED)  # the model's own answer: no request limits
         except InvalidInput as exc:  # user code built it, so it is the model's fault, not the client's
             raise ModelError(f"the model returned an invalid GrpsMessage: {exc.public_message}") from exc
 

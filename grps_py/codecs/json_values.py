@@ -15,16 +15,17 @@ precision (orjson does this for FP32 and FP64; FP16 uses a table of numpy's shor
 from __future__ import annotations
 
 import functools
-import math
 from itertools import chain
 from typing import Any
 
 import numpy as np
 import orjson
 
+from grps_py.codecs.limits import DEFAULT_LIMITS, MAX_DIM, ElementBudget, check_json_depth, check_strings
 from grps_py.codecs.oip_binary import reshape
 from grps_py.core.datatypes import BF16, BYTES, OIP_DTYPES, datatype_of
 from grps_py.core.errors import InvalidInput, ModelError
+from grps_py.core.protection import LimitsSettings
 from grps_py.core.types import Tensor
 
 Array = np.ndarray[Any, Any]
@@ -37,8 +38,12 @@ _FLOATS = {"FP16", "FP32", "FP64"}
 # --- JSON structure ----------------------------------------------------------------------------
 
 
-def load(text: bytes | memoryview, problem: str = "malformed JSON") -> Any:
-    """The parsed document; text that is not JSON is an `InvalidInput` saying `problem: why`."""
+def load(
+    text: bytes | memoryview, problem: str = "malformed JSON", limits: LimitsSettings = DEFAULT_LIMITS
+) -> Any:
+    """The parsed document; text that is not JSON, or nests deeper than `limits.json_depth`, is an
+    `InvalidInput` (saying `problem: why` for the former)."""
+    check_json_depth(text, limits)
     try:
         return orjson.loads(text)
     except orjson.JSONDecodeError as exc:
@@ -108,12 +113,17 @@ def flatten(data: Any, label: str) -> tuple[list[Any], list[int], set[type]]:
     return level, shape, types
 
 
-def to_array(values: list[Any], types: set[type], datatype: str, label: str) -> Array:
-    """JSON leaves -> a 1-D array of the datatype's exact dtype (bulk conversion; checks first)."""
+def to_array(
+    values: list[Any], types: set[type], datatype: str, label: str, limits: LimitsSettings = DEFAULT_LIMITS
+) -> Array:
+    """JSON leaves -> a 1-D array of the datatype's exact dtype (bulk conversion; checks first).
+
+    BYTES strings are held to `limits.string_bytes`."""
     if datatype == BF16:
         raise InvalidInput(f"{label}: BF16 is only accepted as binary data")
     if datatype == BYTES:
         refuse(values, types - {str}, f"{label}: BYTES takes strings")
+        check_strings(values, label, limits)
         return _strings_to_bytes(values, label)
     if datatype == "BOOL":
         refuse(values, types - {bool}, f"{label}: BOOL takes true/false")
@@ -182,13 +192,24 @@ def _floats(values: list[int | float], datatype: str, label: str) -> Array:
     return narrow
 
 
-def json_tensor(data: Any, datatype: str, shape: list[int], label: str) -> Array:
-    """A tensor from JSON `data` (nested or flat) whose element count must fit `shape`."""
+def json_tensor(
+    data: Any, datatype: str, shape: list[int], label: str, budget: ElementBudget, limits: LimitsSettings
+) -> Array:
+    """A tensor from JSON `data` (nested or flat) whose element count must fit `shape`.
+
+    The shape's element count is taken from the request's `budget` before the data is read."""
+    count = budget.take_shape(shape, label)
     values, _, types = flatten(data, label)
-    count = math.prod(shape)
     if len(values) != count:
         raise InvalidInput(f"{label}: {len(values)} values do not fit shape {shape}")
-    return reshape(to_array(values, types, datatype, label), shape, label)
+    return reshape(to_array(values, types, datatype, label, limits), shape, label)
+
+
+def expect_shape(value: Any, label: str) -> list[int]:
+    """An OIP shape: a list of integers from 0 to 2**63 - 1 (dims are int64 in the protocol)."""
+    if not isinstance(value, list) or not all(type(dim) is int and 0 <= dim <= MAX_DIM for dim in value):
+        raise InvalidInput(f"{label}: shape must be a list of non-negative integers (below 2**63)")
+    return value
 
 
 # --- numpy -> JSON -----------------------------------------------------------------------------

@@ -20,8 +20,10 @@ from typing import Any
 
 import numpy as np
 
+from grps_py.codecs.limits import DEFAULT_LIMITS, check_length
 from grps_py.core.datatypes import BYTES, numpy_dtype
 from grps_py.core.errors import InvalidInput, ModelError
+from grps_py.core.protection import LimitsSettings
 
 __all__ = [
     "HEADER_LENGTH",
@@ -79,8 +81,12 @@ def _element_bytes(value: Any) -> bytes:
         raise ModelError("a BYTES element is a string that cannot be encoded as UTF-8") from None
 
 
-def deserialize_bytes(buffer: BytesLike, count: int, label: str) -> Array:
-    """`count` length-prefixed elements that fill `buffer` exactly, as a 1-D object array of `bytes`."""
+def deserialize_bytes(
+    buffer: BytesLike, count: int, label: str, limits: LimitsSettings = DEFAULT_LIMITS
+) -> Array:
+    """`count` length-prefixed elements that fill `buffer` exactly, as a 1-D object array of `bytes`.
+
+    Each element's length is held to `limits.string_bytes` before it is copied."""
     view = memoryview(buffer).cast("B")
     size = len(view)
     if count * _LENGTH.size > size:  # every element needs at least its length: refuse before allocating
@@ -94,6 +100,8 @@ def deserialize_bytes(buffer: BytesLike, count: int, label: str) -> Array:
         pos += _LENGTH.size
         if pos + length > size:
             raise InvalidInput(f"{label}: BYTES element {index} (length {length}) runs past the end")
+        if length > limits.string_bytes:
+            check_length(length, f"{label}: BYTES element {index}", limits)
         append(view[pos : pos + length].tobytes())
         pos += length
     if pos != size:
@@ -117,15 +125,21 @@ def tensor_to_bytes(array: Array, datatype: str) -> bytes | memoryview:
     return contiguous.reshape(-1).view(np.uint8).data
 
 
-def tensor_from_bytes(buffer: BytesLike, datatype: str, shape: Sequence[int], label: str) -> Array:
+def tensor_from_bytes(
+    buffer: BytesLike,
+    datatype: str,
+    shape: Sequence[int],
+    label: str,
+    limits: LimitsSettings = DEFAULT_LIMITS,
+) -> Array:
     """A tensor read from its wire bytes: a zero-copy view for fixed-size datatypes.
 
     The byte count is checked against `shape` by arithmetic first, so a huge claimed shape allocates
-    nothing.
+    nothing (the caller holds the element count to `limits.elements`).
     """
     count = math.prod(shape)
     if datatype == BYTES:
-        return reshape(deserialize_bytes(buffer, count, label), shape, label)
+        return reshape(deserialize_bytes(buffer, count, label, limits), shape, label)
     dtype = wire_dtype(datatype)
     view = memoryview(buffer).cast("B")
     expected = count * dtype.itemsize
@@ -137,10 +151,11 @@ def tensor_from_bytes(buffer: BytesLike, datatype: str, shape: Sequence[int], la
 
 
 def reshape(array: Array, shape: Sequence[int], label: str) -> Array:
-    """`array.reshape(shape)`; shapes numpy cannot hold (too many dims, a huge empty shape) are refused."""
+    """`array.reshape(shape)`; shapes numpy cannot hold (too many dims, a huge empty shape, a dim
+    beyond what a C integer holds) are refused."""
     try:
         return array.reshape(tuple(shape))
-    except ValueError:
+    except (ValueError, OverflowError):
         raise InvalidInput(f"{label}: shape {list(shape)} cannot be used") from None
 
 

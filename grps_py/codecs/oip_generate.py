@@ -24,11 +24,13 @@ from grps_py.codecs.json_values import (
     shortest_float16,
     to_array,
 )
+from grps_py.codecs.limits import DEFAULT_LIMITS, ElementBudget, check_tensors, for_body
 from grps_py.codecs.oip_binary import reshape
 from grps_py.codecs.oip_json import response_head
 from grps_py.core.datatypes import BF16, BYTES, OIP_DTYPES
 from grps_py.core.errors import InvalidInput
 from grps_py.core.oip import OipResponse
+from grps_py.core.protection import LimitsSettings
 from grps_py.core.types import Tensor
 
 __all__ = ["decode_generate", "encode_generate"]
@@ -38,37 +40,50 @@ GenerateSpecs = Mapping[str, tuple[str | None, tuple[int, ...] | None]]
 _GENERATE_KEYS = ("parameters", "id")
 
 
-def decode_generate(body: bytes, specs: GenerateSpecs) -> tuple[list[Tensor], dict[str, Any], str]:
+def decode_generate(
+    body: bytes, specs: GenerateSpecs, limits: LimitsSettings = DEFAULT_LIMITS
+) -> tuple[list[Tensor], dict[str, Any], str]:
     """A Triton `generate` request: (input tensors, parameters, id).
 
     Every key other than `parameters` and `id` is an input. `specs` maps an input name to its
     declared (datatype, shape), either part None when unknown; shapes include any batch dimension and
     use -1 for a variable one. Without a declared datatype it is inferred: str BYTES, bool BOOL, int
-    INT64, float (or int and float mixed) FP64; an empty array is FP64.
+    INT64, float (or int and float mixed) FP64; an empty array is FP64. The request is held to `limits`.
     """
-    document = expect_object(load(body), "the request")
+    limits = for_body(limits, len(body))
+    document = expect_object(load(body, limits=limits), "the request")
     parameters = expect_parameters(document.get("parameters"), "parameters")
     request_id = expect_str(document.get("id", ""), "id")
+    names = [name for name in document if name not in _GENERATE_KEYS]
+    check_tensors(len(names), limits, "inputs")
+    budget = ElementBudget(limits)
     inputs = [
-        _generate_input(name, value, *specs.get(name, (None, None)))
-        for name, value in document.items()
-        if name not in _GENERATE_KEYS
+        _generate_input(name, document[name], *specs.get(name, (None, None)), budget, limits)
+        for name in names
     ]
     return inputs, parameters, request_id
 
 
-def _generate_input(name: str, value: Any, datatype: str | None, declared: Sequence[int] | None) -> Tensor:
+def _generate_input(
+    name: str,
+    value: Any,
+    datatype: str | None,
+    declared: Sequence[int] | None,
+    budget: ElementBudget,
+    limits: LimitsSettings,
+) -> Tensor:
     label = input_label(name)
     if isinstance(value, list):
         values, shape, types = flatten(value, label)
     else:
         values, shape, types = [value], [1], {type(value)}
+    budget.take(len(values), label)
     datatype = datatype or _infer_datatype(values, types, label)
     if datatype not in OIP_DTYPES:
         raise InvalidInput(f"{label}: the model declares an unknown datatype {datatype!r}")
     if declared is not None:
         shape = _fit_declared(shape, list(declared), not isinstance(value, list), label)
-    return Tensor(name, reshape(to_array(values, types, datatype, label), shape, label))
+    return Tensor(name, reshape(to_array(values, types, datatype, label, limits), shape, label))
 
 
 def _infer_datatype(values: list[Any], types: set[type], label: str) -> str:

@@ -19,6 +19,7 @@ from grps_py.codecs.json_values import (
     expect_name,
     expect_object,
     expect_parameters,
+    expect_shape,
     expect_str,
     input_label,
     json_data,
@@ -27,6 +28,7 @@ from grps_py.codecs.json_values import (
     output_array,
     show,
 )
+from grps_py.codecs.limits import DEFAULT_LIMITS, ElementBudget, check_tensors, for_body
 from grps_py.codecs.oip_binary import split_body, tensor_from_bytes, tensor_to_bytes
 from grps_py.core.datatypes import DATATYPE_NAMES, OIP_DTYPES
 from grps_py.core.errors import InvalidInput
@@ -38,6 +40,7 @@ from grps_py.core.oip import (
     OipResponse,
     RequestedOutput,
 )
+from grps_py.core.protection import LimitsSettings
 from grps_py.core.types import Tensor
 
 __all__ = ["decode_request", "encode_error", "encode_response", "response_head"]
@@ -57,27 +60,32 @@ class _InputHeader:
     binary_size: int | None
 
 
-def decode_request(body: bytes, header_length: str | None = None) -> OipRequest:
+def decode_request(
+    body: bytes, header_length: str | None = None, limits: LimitsSettings = DEFAULT_LIMITS
+) -> OipRequest:
     """An inference request; `header_length` is the `Inference-Header-Content-Length` header, if any.
 
-    Binary inputs are `np.frombuffer` views of `body` (read-only when it is `bytes`).
+    Binary inputs are `np.frombuffer` views of `body` (read-only when it is `bytes`). The request is
+    held to `limits` (inputs and requested outputs each count against `limits.tensors`).
     """
+    limits = for_body(limits, len(body))
     header, binary = split_body(body, header_length)
-    document = expect_object(load(header), "the request")
+    document = expect_object(load(header, limits=limits), "the request")
     parameters = expect_parameters(document.get("parameters"), "parameters")
     if type(parameters.get(BINARY_DATA_OUTPUT, False)) is not bool:
         raise InvalidInput(f"parameter '{BINARY_DATA_OUTPUT}' must be true or false")
-    items = document.get("outputs", [])
-    outputs = [_requested_output(item, index) for index, item in enumerate(expect_list(items, "outputs"))]
+    items = expect_list(document.get("outputs", []), "outputs")
+    check_tensors(len(items), limits, "requested outputs")
+    outputs = [_requested_output(item, index) for index, item in enumerate(items)]
     if len({output.name for output in outputs}) != len(outputs):
         raise InvalidInput("an output is requested twice")
-    headers = [
-        _input_header(item, index) for index, item in enumerate(expect_list(document.get("inputs"), "inputs"))
-    ]
+    items = expect_list(document.get("inputs"), "inputs")
+    check_tensors(len(items), limits, "inputs")
+    headers = [_input_header(item, index) for index, item in enumerate(items)]
     if len({h.name for h in headers}) != len(headers):
         raise InvalidInput("two inputs have the same name")
     request_id = expect_str(document.get("id", ""), "id")
-    return OipRequest(_decode_inputs(headers, binary), outputs, request_id, parameters)
+    return OipRequest(_decode_inputs(headers, binary, limits), outputs, request_id, parameters)
 
 
 def _requested_output(item: Any, index: int) -> RequestedOutput:
@@ -99,9 +107,7 @@ def _input_header(item: Any, index: int) -> _InputHeader:
         raise InvalidInput(
             f"{label}: unknown datatype {show(datatype)}; use one of {', '.join(DATATYPE_NAMES)}"
         )
-    shape = fields.get("shape")
-    if not isinstance(shape, list) or not all(type(dim) is int and dim >= 0 for dim in shape):
-        raise InvalidInput(f"{label}: shape must be a list of non-negative integers")
+    shape = expect_shape(fields.get("shape"), label)
     parameters = expect_parameters(fields.get("parameters"), f"{label} parameters")
     if "shared_memory_region" in parameters:
         raise InvalidInput(f"{label}: shared memory is not supported")
@@ -113,21 +119,23 @@ def _input_header(item: Any, index: int) -> _InputHeader:
     return _InputHeader(name, datatype, shape, fields.get("data"), size)
 
 
-def _decode_inputs(headers: list[_InputHeader], binary: memoryview) -> list[Tensor]:
+def _decode_inputs(headers: list[_InputHeader], binary: memoryview, limits: LimitsSettings) -> list[Tensor]:
     """Tensors in input order; binary inputs take consecutive slices that must use up the binary part."""
     tensors, offset = [], 0
+    budget = ElementBudget(limits)
     for header in headers:
         label = input_label(header.name)
         if header.binary_size is None:
-            array = json_tensor(header.data, header.datatype, header.shape, label)
+            array = json_tensor(header.data, header.datatype, header.shape, label, budget, limits)
         else:
+            budget.take_shape(header.shape, label)
             end = offset + header.binary_size
             if end > len(binary):
                 raise InvalidInput(
                     f"{label}: {BINARY_DATA_SIZE} {header.binary_size} runs past the end of the binary "
                     f"data ({len(binary) - offset} bytes left; is Inference-Header-Content-Length set?)"
                 )
-            array = tensor_from_bytes(binary[offset:end], header.datatype, header.shape, label)
+            array = tensor_from_bytes(binary[offset:end], header.datatype, header.shape, label, limits)
             offset = end
         tensors.append(Tensor(header.name, array))
     if offset != len(binary):

@@ -15,18 +15,19 @@ huge claimed shape costs nothing. Shared memory (Triton's
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, MutableMapping
 from typing import Any
 
 import numpy as np
 from google.protobuf import json_format
 
+from grps_py.codecs.limits import DEFAULT_LIMITS, ElementBudget, check_strings, check_tensors
 from grps_py.codecs.oip_binary import reshape, tensor_from_bytes, tensor_to_bytes
 from grps_py.core.catalog import ModelEntry
 from grps_py.core.datatypes import BYTES, DATATYPE_NAMES, OIP_DTYPES, datatype_of
 from grps_py.core.errors import InvalidInput, ModelError, Unsupported
 from grps_py.core.oip import OipRequest, OipResponse, RequestedOutput
+from grps_py.core.protection import LimitsSettings
 from grps_py.core.signature import TensorSpec
 from grps_py.core.types import Tensor
 from grps_py.protos import open_inference_pb2 as pb
@@ -107,16 +108,22 @@ def _parameter_field(key: str, value: Any) -> tuple[str, Any]:
 # --- ModelInferRequest -> OipRequest -----------------------------------------------------------
 
 
-def decode_infer_request(msg: pb.ModelInferRequest) -> OipRequest:
+def decode_infer_request(msg: pb.ModelInferRequest, limits: LimitsSettings = DEFAULT_LIMITS) -> OipRequest:
     """The request's tensors, requested outputs, id and parameters (model name and version stay in `msg`).
 
     Per-input parameters have no place in `OipRequest` and are dropped, except that shared memory
     is refused. Input arrays decoded from raw contents are read-only views of the message's bytes.
+    The request is held to `limits` (inputs and requested outputs each count against `limits.tensors`).
     """
+    check_tensors(len(msg.inputs), limits, "inputs")
+    check_tensors(len(msg.outputs), limits, "requested outputs")
     raw = msg.raw_input_contents
     if raw and len(raw) != len(msg.inputs):
         raise InvalidInput(f"raw_input_contents has {len(raw)} entries for {len(msg.inputs)} inputs")
-    inputs = [_decode_input(tensor, raw[i] if raw else None) for i, tensor in enumerate(msg.inputs)]
+    budget = ElementBudget(limits)
+    inputs = [
+        _decode_input(tensor, raw[i] if raw else None, budget, limits) for i, tensor in enumerate(msg.inputs)
+    ]
     outputs = [_decode_requested_output(output) for output in msg.outputs]
     return OipRequest(inputs, outputs, msg.id, parameters_to_dict(msg.parameters))
 
@@ -127,8 +134,13 @@ def _decode_requested_output(output: pb.ModelInferRequest.InferRequestedOutputTe
     return RequestedOutput(output.name, None, parameters_to_dict(output.parameters))
 
 
-def _decode_input(tensor: pb.ModelInferRequest.InferInputTensor, raw: bytes | None) -> Tensor:
-    label = f"input '{tensor.name}'"
+def _decode_input(
+    tensor: pb.ModelInferRequest.InferInputTensor,
+    raw: bytes | None,
+    budget: ElementBudget,
+    limits: LimitsSettings,
+) -> Tensor:
+    label = f"input '{tensor.name[:64]}'"
     datatype = tensor.datatype
     if datatype not in OIP_DTYPES:
         raise InvalidInput(f"{label}: unknown datatype {datatype!r}; expected one of {_DATATYPES}")
@@ -137,14 +149,14 @@ def _decode_input(tensor: pb.ModelInferRequest.InferInputTensor, raw: bytes | No
     shape = list(tensor.shape)
     if any(dim < 0 for dim in shape):
         raise InvalidInput(f"{label}: shape {shape} has a negative dimension")
-    count = math.prod(shape)  # a Python int: no overflow, nothing allocated yet
+    count = budget.take_shape(shape, label)  # a Python int: no overflow, nothing allocated yet
     has_contents = tensor.HasField("contents")
     if raw is not None:
         if has_contents:
             raise InvalidInput(f"{label}: sets contents while the request uses raw_input_contents; use one")
-        return Tensor(tensor.name, tensor_from_bytes(raw, datatype, shape, label))  # a view: no copy
+        return Tensor(tensor.name, tensor_from_bytes(raw, datatype, shape, label, limits))  # a view: no copy
     if has_contents:
-        flat = _from_contents(tensor.contents, datatype, shape, count, label)
+        flat = _from_contents(tensor.contents, datatype, shape, count, label, limits)
     elif count == 0:
         flat = np.empty(0, OIP_DTYPES[datatype])
     else:
@@ -153,7 +165,12 @@ def _decode_input(tensor: pb.ModelInferRequest.InferInputTensor, raw: bytes | No
 
 
 def _from_contents(
-    contents: pb.InferTensorContents, datatype: str, shape: list[int], count: int, label: str
+    contents: pb.InferTensorContents,
+    datatype: str,
+    shape: list[int],
+    count: int,
+    label: str,
+    limits: LimitsSettings,
 ) -> Array:
     field = _CONTENTS_FIELD.get(datatype)
     if field is None:
@@ -168,6 +185,7 @@ def _from_contents(
     if count == 0:
         return np.empty(0, dtype)
     if datatype == BYTES:
+        check_strings(values, label, limits)
         elements = np.empty(count, dtype=object)
         elements[:] = list(values)
         return elements

@@ -29,6 +29,18 @@ class PayloadTooLarge(InvalidInput):
     default_message = "request is too large"
 
 
+class Unauthenticated(InvalidInput):
+    """The request lacks the token its route needs, or carries a wrong one (a client error: not retried)."""
+
+    default_message = "missing or wrong token"
+
+
+class PermissionDenied(InvalidInput):
+    """The caller may not use this route (admin routes without a token answer loopback callers only)."""
+
+    default_message = "permission denied"
+
+
 class ModelNotFound(GrpsError):
     """The request names a model that is not served."""
 
@@ -89,6 +101,8 @@ ALL_ERRORS: tuple[type[GrpsError], ...] = (
     GrpsError,
     InvalidInput,
     PayloadTooLarge,
+    Unauthenticated,
+    PermissionDenied,
     ModelNotFound,
     ModelNotReady,
     Overloaded,

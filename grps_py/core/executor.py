@@ -52,13 +52,16 @@ class Executor:
         self.metrics: Any = None  # the server's metrics engine (grps_py.metrics), for the monitor routes
         limit = ConcurrencyLimit(server.max_concurrency)
         observers: SchedulerObserver = FanOut([self.stats, observer]) if observer else self.stats
-        self.nodes = {m.key: ModelNode(m, bridge, limit, observers) for m in inference.models}
+        security = server.security
+        secrets = [t for t in (security.admin_token, *security.inference_tokens) if t]
+        self.nodes = {m.key: ModelNode(m, bridge, limit, observers, secrets) for m in inference.models}
         self.dag = Dag(inference.dag, self.nodes, bridge, inference.source)
         self.bridge = bridge
         self.catalog = Catalog(self.nodes, self.dag)
         self._by_name = self._index_by_name()
         self._online = False
         self._loaded = False
+        self._draining = False
         self._in_flight = 0
         self._idle = asyncio.Event()
         self._idle.set()
@@ -97,13 +100,30 @@ class Executor:
         except asyncio.TimeoutError:
             return False
 
+    def begin_drain(self) -> None:
+        """Shutting down: readiness turns false for good (an `online` call no longer lifts it), while
+        requests are still served."""
+        self._draining = True
+        self._online = False
+
+    @property
+    def draining(self) -> bool:
+        return self._draining
+
+    def abort(self, message: str) -> None:
+        """Answer every request still queued or running with ModelNotReady(message) (503 / UNAVAILABLE):
+        the end of a drain. Streams end with that error as their last message."""
+        for node in self.nodes.values():
+            node.scheduler.abort(lambda: ModelNotReady(message))
+
     def close(self) -> None:
         for node in self.nodes.values():
             node.close()
 
     # -- health --------------------------------------------------------------------------------
     def online(self) -> None:
-        self._online = True
+        if not self._draining:
+            self._online = True
 
     def offline(self) -> None:
         self._online = False

@@ -93,6 +93,7 @@ class ModelInstance:
         self._to_payload = to_payload
         self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"model-{key}-{index}")
         self.active = 0  # dispatched to this instance and not finished (running or next in its thread)
+        self.hung = False  # running a batch past a request's deadline: it gets no new work meanwhile
         # grps's batch contract (the converter merges and splits): a batching model then runs even a
         # lone request through the batch methods, as grps does.
         self.batches_whole = _overrides(converter, Converter, "batch_preprocess")

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Hashable
+import re
+from collections.abc import Hashable, Sequence
 from typing import Any, TypeVar
+
+import numpy as np
 
 from grps_py.core.config import ModelSettings
 from grps_py.core.context import GrpsContext
+from grps_py.core.datatypes import datatype_of
 from grps_py.core.errors import GrpsError, ModelError, ModelLoadError, ModelNotReady
 from grps_py.core.instance import ModelInstance
 from grps_py.core.model import (
@@ -25,17 +29,33 @@ from grps_py.core.model import (
 )
 from grps_py.core.observer import SchedulerObserver
 from grps_py.core.scheduler import ConcurrencyLimit, ModelScheduler
-from grps_py.core.signature import check_inputs, name_outputs
-from grps_py.core.types import MessageBridge, Payload, PayloadKind
+from grps_py.core.signature import TensorSpec, check_inputs, name_outputs
+from grps_py.core.types import MessageBridge, Payload, PayloadKind, Tensor
 
 log = logging.getLogger("grps_py.model")
-_MAX_ERROR_CHARS = 300
+_MAX_ERROR_CHARS = 300  # of an exception's message
+_MAX_REPORTED_CHARS = 1000  # of a message model code chose to show (set_err_msg, a GrpsError it raised)
+_NO_VALUE = object()
+# A file-system path in a message: rooted at /, ~/, ./, ../ or a drive letter, and not part of a word,
+# a URL or a fraction ("a/b", "http://h/p", "3/4" are left alone).
+_PATH = re.compile(r"""(?<![\w.:/~\\-])(?:[A-Za-z]:\\|~/|\.{1,2}/|/)[^\s'"`<>|*?,;:()\[\]{}]+""")
+_ANSWERS = "numpy arrays (or a dict or list of them), str, bytes or a GrpsMessage"
 
 
-def public_failure(model: str, exc: BaseException) -> str:
-    """A one-line message about a failing model, without any traceback text."""
-    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-    text = text[:_MAX_ERROR_CHARS]
+def scrub(text: str, secrets: Sequence[str] = (), limit: int = _MAX_ERROR_CHARS) -> str:
+    """Text from model code made fit for a client: its first line, file-system paths as <path>,
+    configured secrets as <redacted>, at most `limit` characters."""
+    lines = text.strip().splitlines()
+    line = lines[0] if lines else ""
+    for secret in secrets:
+        if secret:
+            line = line.replace(secret, "<redacted>")
+    return _PATH.sub("<path>", line)[:limit]
+
+
+def public_failure(model: str, exc: BaseException, secrets: Sequence[str] = ()) -> str:
+    """A one-line message about a failing model, without any traceback text, path or secret."""
+    text = scrub(str(exc), secrets)
     return f"model '{model}' failed: {type(exc).__name__}" + (f": {text}" if text else "")
 
 
@@ -97,10 +117,12 @@ class ModelNode:
         bridge: MessageBridge,
         limit: ConcurrencyLimit,
         observer: SchedulerObserver,
+        secrets: Sequence[str] = (),
     ) -> None:
         self.settings = settings
         self.key = settings.key
         self._bridge = bridge
+        self._secrets = tuple(secrets)  # never shown to a client, whatever model code puts in a message
         self.instances = [
             self._make_instance(i, device) for i, device in enumerate(instance_devices(settings))
         ]
@@ -139,7 +161,8 @@ class ModelNode:
         except ModelLoadError:
             raise
         except Exception as exc:
-            log.error("model '%s' failed to load", self.key, exc_info=exc)
+            # Start-up reports the failure in one line; the traceback is for those who ask (log.level DEBUG).
+            log.debug("model '%s' failed to load", self.key, exc_info=exc)
             raise ModelLoadError(
                 public_failure(self.key, exc).replace("failed", "failed to load", 1)
             ) from exc
@@ -195,15 +218,60 @@ class ModelNode:
         return payload
 
     def converter_output(self, out: Any) -> Payload:
+        """What the converter answered as a Payload; a ModelError saying what was expected when it cannot
+        be an answer (a value that is no tensor, or a tensor unlike its declaration)."""
         if isinstance(out, Payload):
             payload = out
         elif self._bridge.is_message(out):
             return Payload.of_message(out)
         else:
-            payload = outputs_to_payload(out)
-        if self.settings.outputs and payload.kind is PayloadKind.TENSORS:
-            return Payload.of_tensors(name_outputs(self.settings.outputs, payload.value))
+            try:
+                payload = outputs_to_payload(out)
+            except Exception as exc:
+                raise ModelError(
+                    f"model '{self.key}' answered {type(out).__name__}, which is not an answer "
+                    f"({scrub(str(exc), self._secrets)}); expected {_ANSWERS}"
+                ) from exc
+        if payload.kind is not PayloadKind.TENSORS:
+            return payload
+        tensors = payload.value
+        if self.settings.outputs:
+            tensors = name_outputs(self.settings.outputs, tensors)
+            payload = Payload.of_tensors(tensors)
+        declared = {spec.name: spec for spec in self.settings.outputs}
+        for tensor in tensors:
+            self._check_output(tensor, declared.get(tensor.name))
         return payload
+
+    def _check_output(self, tensor: Tensor, spec: TensorSpec | None) -> None:
+        """A numpy output must hold numbers, str or bytes, and match its declared datatype and shape
+        (torch tensors are left as they are: reading them could mean a copy off the GPU)."""
+        array = tensor.data
+        if not isinstance(array, np.ndarray):
+            return
+        held = _odd_values(array)
+        if held is not None:
+            raise ModelError(
+                f"model '{self.key}' answered output '{tensor.name}' holding {held} values; "
+                f"expected numbers, str or bytes ({_ANSWERS})"
+            )
+        if spec is None:
+            return
+        datatype = datatype_of(array.dtype)
+        if spec.datatype is not None and datatype != spec.datatype:
+            raise ModelError(
+                f"model '{self.key}' answered output '{tensor.name}' as {datatype}; "
+                f"its declared datatype is {spec.datatype}"
+            )
+        shape = list(array.shape)
+        if spec.shape is not None and (
+            len(shape) != len(spec.shape)
+            or any(w >= 0 and w != g for w, g in zip(spec.shape, shape, strict=True))
+        ):
+            raise ModelError(
+                f"model '{self.key}' answered output '{tensor.name}' with shape {shape}; "
+                f"its declared shape is {spec.describe_shape()}"
+            )
 
     def checked_input(self, payload: Payload) -> Payload:
         """Tensors are checked against the declared inputs (and named by them when sent unnamed)."""
@@ -220,21 +288,38 @@ class ModelNode:
         inp = self.converter_input(payload)
         try:
             out = await self.scheduler.submit(inp, ctx, rows, key)
-        except (GrpsError, asyncio.CancelledError):
+        except asyncio.CancelledError:
+            raise
+        except GrpsError as exc:  # the scheduler's, or one model code raised: its words, scrubbed
+            exc.public_message = scrub(exc.public_message, self._secrets, _MAX_REPORTED_CHARS)
             raise
         except Exception as exc:
             # The traceback goes to the log only, each line under the request's id (never to the client).
             log.error("model '%s' raised", self.key, exc_info=exc, extra={"request_id": ctx.request_id})
             if is_gpu_oom(exc):
                 self._observer.gpu_oom(self.key)
-            raise ModelError(public_failure(self.key, exc)) from exc
+            raise ModelError(public_failure(self.key, exc, self._secrets)) from exc
         self.raise_if_reported(ctx)
-        return self.converter_output(out)
+        try:
+            return self.converter_output(out)
+        except ModelError as exc:
+            log.error("%s", exc.public_message, extra={"request_id": ctx.request_id})
+            raise
 
     def raise_if_reported(self, ctx: GrpsContext) -> None:
         """grps model code reports errors through its context rather than by raising."""
         if ctx.has_err():
-            raise ModelError(ctx.get_err_msg() or f"model '{self.key}' reported an error")
+            msg = scrub(ctx.get_err_msg(), self._secrets, _MAX_REPORTED_CHARS)
+            raise ModelError(msg or f"model '{self.key}' reported an error")
+
+
+def _odd_values(array: np.ndarray[Any, Any]) -> str | None:
+    """What an output holds that no protocol can carry (objects other than str/bytes, complex numbers,
+    dates...), by type name; None when it is fine."""
+    if array.dtype.kind == "O":
+        odd = next((v for v in array.flat if not isinstance(v, (str, bytes))), _NO_VALUE)
+        return None if odd is _NO_VALUE else type(odd).__name__
+    return None if datatype_of(array.dtype) is not None else str(array.dtype)
 
 
 def is_gpu_oom(exc: BaseException) -> bool:

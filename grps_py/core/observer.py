@@ -1,4 +1,5 @@
-"""What the schedulers report: queue depth, queue and compute time, batch sizes, rejections.
+"""What the schedulers report: queue depth, queue and compute time, batch sizes, rejections, and
+instances that hang (still running a request past its deadline) and recover.
 
 One small interface (`SchedulerObserver`) that the metrics work exports; `ModelStats` is the
 in-memory implementation the executor builds by default (per executor, never global), which tests
@@ -7,7 +8,9 @@ and benchmarks read.
 
 from __future__ import annotations
 
-from collections import Counter, deque
+from array import array
+from collections import Counter
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -31,6 +34,45 @@ class SchedulerObserver(Protocol):
     def gpu_oom(self, model: str) -> None:
         """A request failed because the model ran out of GPU memory."""
 
+    def instance_hung(self, model: str, index: int, running_s: float) -> None:
+        """Instance `index` has run one batch for `running_s`, past a request's deadline: it gets no
+        new work until that batch returns."""
+
+    def instance_recovered(self, model: str, index: int, running_s: float) -> None:
+        """A hung instance's batch returned after `running_s` in all; it takes work again."""
+
+
+class Recent:
+    """The last `size` values of a series, in an array allocated up front: it takes the same memory
+    from the first value on (a deque of floats grows until it is full, which a soak reads as a leak)."""
+
+    __slots__ = ("_count", "_next", "_values")
+
+    def __init__(self, size: int, typecode: str = "d") -> None:
+        self._values: array[Any] = array(typecode, bytes(array(typecode).itemsize * size))
+        self._next = 0
+        self._count = 0
+
+    def append(self, value: float) -> None:
+        values = self._values
+        values[self._next] = value
+        self._next = (self._next + 1) % len(values)
+        if self._count < len(values):
+            self._count += 1
+
+    def extend(self, values: Iterable[float]) -> None:
+        for value in values:
+            self.append(value)
+
+    def __len__(self) -> int:
+        return self._count
+
+    def __iter__(self) -> Iterator[float]:
+        """Oldest first."""
+        values, size = self._values, len(self._values)
+        start = (self._next - self._count) % size
+        return (values[(start + i) % size] for i in range(self._count))
+
 
 @dataclass
 class ModelCounters:
@@ -40,16 +82,18 @@ class ModelCounters:
     rows_run: int = 0
     dropped: Counter[str] = field(default_factory=Counter)
     gpu_ooms: int = 0
-    batches: deque[int] = field(default_factory=lambda: deque(maxlen=_RECENT))  # rows per batch
-    queue_s: deque[float] = field(default_factory=lambda: deque(maxlen=_RECENT))
-    compute_s: deque[float] = field(default_factory=lambda: deque(maxlen=_RECENT))
+    hung_instances: int = 0  # now
+    hangs: int = 0  # since start
+    batches: Recent = field(default_factory=lambda: Recent(_RECENT, "q"))  # rows per batch
+    queue_s: Recent = field(default_factory=lambda: Recent(_RECENT))
+    compute_s: Recent = field(default_factory=lambda: Recent(_RECENT))
 
 
 class ModelStats:
     """Counts and recent samples per model, cheap enough to keep on by default.
 
     The schedulers call it from the event loop thread only, so it takes no lock; other threads may
-    read it (deque appends and int updates are atomic in CPython)."""
+    read it (a value read while one is being added may be the previous one)."""
 
     def __init__(self) -> None:
         self._models: dict[str, ModelCounters] = {}
@@ -82,6 +126,14 @@ class ModelStats:
     def gpu_oom(self, model: str) -> None:
         self.model(model).gpu_ooms += 1
 
+    def instance_hung(self, model: str, index: int, running_s: float) -> None:
+        counters = self.model(model)
+        counters.hung_instances += 1
+        counters.hangs += 1
+
+    def instance_recovered(self, model: str, index: int, running_s: float) -> None:
+        self.model(model).hung_instances -= 1
+
 
 class FanOut:
     """Reports to several observers (the executor's own ModelStats and, say, a metrics exporter)."""
@@ -105,6 +157,14 @@ class FanOut:
         for observer in self._observers:
             observer.gpu_oom(model)
 
+    def instance_hung(self, model: str, index: int, running_s: float) -> None:
+        for observer in self._observers:
+            observer.instance_hung(model, index, running_s)
+
+    def instance_recovered(self, model: str, index: int, running_s: float) -> None:
+        for observer in self._observers:
+            observer.instance_recovered(model, index, running_s)
+
 
 def summary(counters: ModelCounters) -> dict[str, Any]:
     """The counters as plain values (for metadata answers): totals, drops, recent batch sizes."""
@@ -116,6 +176,8 @@ def summary(counters: ModelCounters) -> dict[str, Any]:
         "rows_run": counters.rows_run,
         "dropped": dict(counters.dropped),
         "gpu_ooms": counters.gpu_ooms,
+        "hung_instances": counters.hung_instances,
+        "hangs": counters.hangs,
         "recent_batch_rows": {
             "count": len(recent),
             "mean": round(sum(recent) / len(recent), 2) if recent else 0,

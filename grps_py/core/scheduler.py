@@ -8,6 +8,11 @@ is full, when it reaches a preferred size, or when the oldest request in it has 
 `batch_timeout_us`. A request whose time runs out while queued is answered DeadlineExceeded and
 never runs; a cancelled one just leaves the queue.
 
+A request whose time runs out while it runs is answered DeadlineExceeded at its deadline too (its
+thread cannot be stopped and goes on). Its instance is then reported hung: it releases its
+`max_concurrency` slot, a request prefetched behind it goes back to the queue, and it gets no new
+work until the batch returns, so the model's other instances (and other models) keep serving.
+
 Priorities: level 1 is served first. A waiting request moves up one level per `priority_aging_us`
 it has waited, so lower levels are delayed, never starved; equal levels are served oldest first.
 """
@@ -16,6 +21,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
+import threading
+import time
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,6 +34,11 @@ from grps_py.core.context import GrpsContext
 from grps_py.core.errors import DeadlineExceeded, InvalidInput, ModelNotReady, Overloaded
 from grps_py.core.instance import ModelInstance, Outcome
 from grps_py.core.observer import CANCELLED, QUEUE_FULL, TIMEOUT, SchedulerObserver
+
+log = logging.getLogger("grps_py.model")
+# Held while an instance's thread starts a prefetched request, and while the loop takes one back
+# (timed out, cancelled, or moved off a hung instance): the request then runs once or not at all.
+_CLAIM = threading.Lock()
 
 
 class ConcurrencyLimit:
@@ -65,15 +78,26 @@ class QueueItem:
     level: int
     enqueued: float
     future: asyncio.Future[Any]
+    timeout_s: float | None = None
     timer: asyncio.TimerHandle | None = field(default=None)
-    # Handed to a busy instance's thread ahead of time (unbatched models): until it starts there,
-    # it can still time out or be cancelled, and the thread then skips it.
-    prefetched: bool = False
-    started: bool = False
-    abandoned: bool = False
+    # The dispatch that runs it; None while it is queued and once it was answered or taken back.
+    run: Dispatch | None = None
 
-    def waiting(self) -> bool:
-        return self.prefetched and not self.started
+
+@dataclass(eq=False)
+class Dispatch:
+    """A batch handed to an instance. A prefetched one (unbatched models) waits on the instance's
+    thread behind the running one: until the thread starts it, its requests can still time out, be
+    cancelled or go back to the queue, and the thread then skips them."""
+
+    instance: ModelInstance
+    items: list[QueueItem]
+    started_at: float | None  # time.monotonic() when it began to run; None while prefetched
+    holds_slot: bool = True  # one of the server's max_concurrency slots
+    hung: bool = False  # ran past a request's deadline
+
+    def running_s(self) -> float:
+        return 0.0 if self.started_at is None else time.monotonic() - self.started_at
 
 
 class ModelScheduler:
@@ -106,6 +130,7 @@ class ModelScheduler:
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._running: set[asyncio.Task[None]] = set()
+        self._dispatched: list[Dispatch] = []  # not yet returned from their instance
 
     @property
     def depth(self) -> int:
@@ -128,7 +153,7 @@ class ModelScheduler:
             remaining = self._default_timeout_s
         if remaining is not None and remaining <= 0:
             raise DeadlineExceeded(f"the request's time ran out before it reached model '{self.key}'")
-        item = QueueItem(inp, ctx, rows, key, self._level(ctx), loop.time(), loop.create_future())
+        item = QueueItem(inp, ctx, rows, key, self._level(ctx), loop.time(), loop.create_future(), remaining)
         if remaining is not None:
             item.timer = loop.call_later(remaining, self._expire, item)
         instance = self._free_instance()
@@ -141,8 +166,8 @@ class ModelScheduler:
         try:
             return await item.future
         except asyncio.CancelledError:
-            if self._remove(item) or item.waiting():
-                item.abandoned = True
+            if self._remove(item) or self._take_back(item):
+                _stop_timer(item)
                 self._observer.dropped(self.key, CANCELLED, self.depth)
             raise
 
@@ -152,28 +177,81 @@ class ModelScheduler:
             return self.settings.default_priority_level
         return min(ctx.priority, self.settings.priority_levels)
 
-    def _remove(self, item: QueueItem, keep_timer: bool = False) -> bool:
+    def _remove(self, item: QueueItem) -> bool:
         """Take an item out of the queue; False when it already left (dispatched, expired)."""
         for i, queued in enumerate(self._pending):
             if queued is item:
                 del self._pending[i]
-                if item.timer is not None and not keep_timer:
-                    item.timer.cancel()
                 return True
         return False
 
+    @staticmethod
+    def _take_back(item: QueueItem) -> bool:
+        """Take a prefetched request back from a thread that has not started it; False when it runs."""
+        run = item.run
+        if run is None:
+            return False
+        with _CLAIM:
+            if run.started_at is not None:
+                return False
+            item.run = None
+        return True
+
     def _expire(self, item: QueueItem) -> None:
-        if not self._remove(item) and not item.waiting():
+        item.timer = None
+        loop = asyncio.get_running_loop()
+        if self._remove(item) or self._take_back(item):
+            waited_ms = (loop.time() - item.enqueued) * 1e3
+            self._observer.dropped(self.key, TIMEOUT, self.depth)
+            if not item.future.done():
+                item.future.set_exception(
+                    DeadlineExceeded(
+                        f"timed out after waiting {waited_ms:.0f} ms in the queue of model '{self.key}'"
+                    )
+                )
             return
-        item.abandoned = True
-        waited_ms = (asyncio.get_running_loop().time() - item.enqueued) * 1e3
-        self._observer.dropped(self.key, TIMEOUT, self.depth)
+        dispatch = item.run
+        if dispatch is None:
+            return  # answered already
         if not item.future.done():
             item.future.set_exception(
                 DeadlineExceeded(
-                    f"timed out after waiting {waited_ms:.0f} ms in the queue of model '{self.key}'"
+                    f"model '{self.key}' did not answer within the request's "
+                    f"{(item.timeout_s or 0) * 1e3:.0f} ms timeout"
                 )
             )
+        self._hang(dispatch)
+
+    def _hang(self, dispatch: Dispatch) -> None:
+        """A running batch went past a request's deadline: report its instance hung, free its slot, and
+        move the request prefetched behind it back to the queue for the other instances."""
+        if dispatch.hung:
+            return
+        dispatch.hung = True
+        instance = dispatch.instance
+        self._release_slot(dispatch)
+        instance.hung = True
+        running_s = dispatch.running_s()
+        log.warning(
+            "model '%s' instance %d is hung: it has run one batch for %.2f s, past a request's deadline "
+            "(answered 504); it gets no new work until that batch returns",
+            self.key,
+            instance.index,
+            running_s,
+        )
+        self._observer.instance_hung(self.key, instance.index, running_s)
+        for other in self._dispatched:
+            if other.instance is instance and other is not dispatch:
+                for item in other.items:
+                    if self._take_back(item):
+                        self._pending.append(item)
+                self._release_slot(other)  # what it still holds never runs
+        self._wake.set()
+
+    def _release_slot(self, dispatch: Dispatch) -> None:
+        if dispatch.holds_slot:
+            dispatch.holds_slot = False
+            self._limit.release()
 
     # -- dispatch ------------------------------------------------------------------------------
     async def _dispatch(self) -> None:
@@ -201,25 +279,28 @@ class ModelScheduler:
             if not batch:
                 return wait_s
             for item in batch:
-                self._remove(item, keep_timer=True)
+                self._remove(item)
             self._start(instance, batch, now)
         return None
 
     def _free_instance(self) -> ModelInstance | None:
-        instance = min(self.instances, key=lambda i: i.active)
-        return instance if instance.active < self._depth else None
+        """The least busy instance that is not hung, when it can take a batch now."""
+        best: ModelInstance | None = None
+        for instance in self.instances:
+            if not instance.hung and (best is None or instance.active < best.active):
+                best = instance
+        return best if best is not None and best.active < self._depth else None
 
     def _start(self, instance: ModelInstance, batch: list[QueueItem], now: float) -> None:
         """Hand a batch (out of the queue) to an instance. On a busy instance's thread it is prefetched:
-        its timers stay, so it can still time out before it starts."""
-        prefetched = instance.active > 0
+        it starts when the thread is done with the running one."""
+        dispatch = Dispatch(instance, batch, None if instance.active > 0 else time.monotonic())
         for item in batch:
-            item.prefetched = prefetched
-            if not prefetched and item.timer is not None:
-                item.timer.cancel()
+            item.run = dispatch
         instance.active += 1
         self._limit.acquire()
-        task = asyncio.get_running_loop().create_task(self._run(instance, batch, now))
+        self._dispatched.append(dispatch)
+        task = asyncio.get_running_loop().create_task(self._run(dispatch, now))
         self._running.add(task)  # the loop keeps only weak references to tasks
         task.add_done_callback(self._running.discard)
 
@@ -249,34 +330,58 @@ class ModelScheduler:
             return batch[:cut], 0.0
         return [], due - now
 
-    async def _run(self, instance: ModelInstance, batch: list[QueueItem], started: float) -> None:
+    async def _run(self, dispatch: Dispatch, started: float) -> None:
         # This task may have been started from another request's task or the dispatcher: log lines
         # here belong to the batch's own requests.
+        batch = dispatch.items
         request_scope.enter(batch_scope(batch))
         loop = asyncio.get_running_loop()
-        queue_s = [started - item.enqueued for item in batch]
         try:
-            outcomes = await self._execute(loop, instance, batch)
+            outcomes = await self._execute(loop, dispatch)
+        except asyncio.CancelledError:  # the loop is closing, the thread may still run
+            self._returned(dispatch, came_back=False)
+            raise
         except Exception as exc:  # the instance's thread pool is gone (shutdown)
             outcomes = [(None, exc)] * len(batch)
-        finally:
-            instance.active -= 1
-            self._limit.release()
-            self._wake.set()  # this model's next batch can use the freed instance
+        self._returned(dispatch)
+        ran = [(item, outcome) for item, outcome in zip(batch, outcomes, strict=True) if item.run is dispatch]
+        if not ran:
+            return  # everything in it was taken back before it started
         compute_s = loop.time() - started
-        self._observer.batch_ran(self.key, sum(item.rows for item in batch), queue_s, compute_s, self.depth)
-        for item, (out, err) in zip(batch, outcomes, strict=True):
-            item.ctx.postprocess = None  # the instance's closure holds the context: no cycle left for the GC
-            if item.future.done():  # the caller gave up while it ran
+        queue_s = [started - item.enqueued for item, _ in ran]
+        self._observer.batch_ran(self.key, sum(item.rows for item, _ in ran), queue_s, compute_s, self.depth)
+        for item, (out, err) in ran:
+            item.run = None  # no reference cycles left for the GC: item -> dispatch -> item
+            _stop_timer(item)
+            item.ctx.postprocess = None  # the instance's closure holds the context
+            if item.future.done():  # the caller gave up, or its deadline answered it, while it ran
                 continue
             if err is not None:
                 item.future.set_exception(err)
             else:
                 item.future.set_result(out)
 
-    async def _execute(
-        self, loop: asyncio.AbstractEventLoop, instance: ModelInstance, items: list[QueueItem]
-    ) -> list[Outcome]:
+    def _returned(self, dispatch: Dispatch, came_back: bool = True) -> None:
+        """The instance is done with a dispatch (or the server with it: `came_back` False): its slot and
+        instance are free again."""
+        instance = dispatch.instance
+        instance.active -= 1
+        self._dispatched.remove(dispatch)
+        self._release_slot(dispatch)
+        if dispatch.hung and came_back:
+            instance.hung = False
+            running_s = dispatch.running_s()
+            log.warning(
+                "model '%s' instance %d recovered: its batch returned after %.2f s",
+                self.key,
+                instance.index,
+                running_s,
+            )
+            self._observer.instance_recovered(self.key, instance.index, running_s)
+        self._wake.set()  # this model's next batch can use the freed instance
+
+    async def _execute(self, loop: asyncio.AbstractEventLoop, dispatch: Dispatch) -> list[Outcome]:
+        instance, items = dispatch.instance, dispatch.items
         inps, ctxs = [item.inp for item in items], [item.ctx for item in items]
         if instance.is_async:
             try:
@@ -284,18 +389,28 @@ class ModelScheduler:
             except Exception as exc:
                 return [(None, exc)]
         if len(inps) == 1 and not (self.batching and instance.batches_whole):
-            return [await loop.run_in_executor(instance.pool, _run_one, instance, items[0])]
+            return [await loop.run_in_executor(instance.pool, _run_one, dispatch)]
         return await loop.run_in_executor(instance.pool, instance.run_batch, inps, ctxs)
+
+    def abort(self, make_error: Callable[[], BaseException]) -> None:
+        """Answer every request still queued or running with `make_error()` (shutdown): their callers
+        get an answer now; threads still running finish on their own and are ignored."""
+        for item in self._pending:
+            _stop_timer(item)
+            if not item.future.done():
+                item.future.set_exception(make_error())
+        self._pending.clear()
+        for dispatch in self._dispatched:
+            for item in dispatch.items:
+                if item.run is dispatch:
+                    _stop_timer(item)
+                    if not item.future.done():
+                        item.future.set_exception(make_error())
 
     def close(self) -> None:
         if self._task is not None:
             self._task.cancel()
-        for item in self._pending:
-            if item.timer is not None:
-                item.timer.cancel()
-            if not item.future.done():
-                item.future.set_exception(ModelNotReady(f"model '{self.key}' is shutting down"))
-        self._pending.clear()
+        self.abort(lambda: ModelNotReady(f"model '{self.key}' is shutting down"))
 
 
 def batch_scope(batch: list[QueueItem]) -> str:
@@ -305,14 +420,23 @@ def batch_scope(batch: list[QueueItem]) -> str:
     return request_scope.batch_id(item.ctx.request_id for item in batch)
 
 
-def _run_one(instance: ModelInstance, item: QueueItem) -> Outcome:
-    """In the instance's thread. A prefetched request that timed out or was cancelled meanwhile is skipped."""
-    item.started = True
-    if item.abandoned:
-        return None, None  # already answered on the loop
+def _stop_timer(item: QueueItem) -> None:
+    if item.timer is not None:
+        item.timer.cancel()
+        item.timer = None
+
+
+def _run_one(dispatch: Dispatch) -> Outcome:
+    """In the instance's thread. A prefetched request taken back meanwhile (timed out, cancelled, moved
+    off a hung instance) is skipped."""
+    item = dispatch.items[0]
+    with _CLAIM:
+        dispatch.started_at = time.monotonic()
+        if item.run is not dispatch:
+            return None, None  # answered on the loop, or runs elsewhere
     token = request_scope.enter(item.ctx.request_id)  # threads inherit no context: the model's lines
     try:
-        return instance.run_one(item.inp, item.ctx), None
+        return dispatch.instance.run_one(item.inp, item.ctx), None
     except Exception as exc:
         return None, exc
     finally:

@@ -9,6 +9,10 @@ the request (`x-request-id` metadata, an OIP `id`, or a new id), returns that id
 metadata, sets it for the request's log lines, and hands one `RequestRecord` per request to the
 executor's telemetry. On a bidirectional stream (ModelStreamInfer) each request on the stream gets
 its own record, made by the service with a `CallRecord`; the stream itself gets none.
+
+Access is checked here too, before the request is parsed: admin RPCs (Online/Offline) need the admin
+token or a loopback peer, inference RPCs an inference token when tokens are configured
+(`authorization: Bearer <token>` metadata); refusals answer UNAUTHENTICATED or PERMISSION_DENIED.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from grps_py import status
 from grps_py.core import errors, request_scope, telemetry
 from grps_py.core.errors import GrpsError, InvalidInput, ModelError
 from grps_py.core.executor import Executor
+from grps_py.http.auth import AccessGuard, grpc_peer_is_local
 from grps_py.logs import ACCESS_LOGGER
 from grps_py.request_ids import new_request_id
 
@@ -38,6 +43,7 @@ client_log = logging.getLogger(ACCESS_LOGGER)  # client mistakes: per request, s
 F = TypeVar("F", bound=Callable[..., Any])
 BOUNDARY_MARK = "__grps_rpc_boundary__"
 REQUEST_ID_KEY = "x-request-id"
+AUTHORIZATION_KEY = "authorization"
 CANCELLED_STATUS = status.ERROR_TABLE[errors.Cancelled].http
 
 
@@ -45,9 +51,11 @@ class Service(Protocol):
     """What a servicer tells its boundary about itself."""
 
     executor: Executor
+    guard: AccessGuard
     SERVICE: ServiceDescriptor
     PROTOCOL: str  # the telemetry label of its inference RPCs
     INFERENCE_RPCS: frozenset[str]
+    ADMIN_RPCS: frozenset[str]
 
     def model_key(self, request: Any) -> str:
         """The model key an inference request runs under ("" when unknown)."""
@@ -62,6 +70,7 @@ class RpcInfo:
     route: str  # "/package.Service/Method"
     request_class: Any
     inference: bool
+    admin: bool
     protocol: str
     client_streaming: bool
 
@@ -84,6 +93,7 @@ def _rpc_info(service_class: type, name: str) -> RpcInfo:
         route=f"/{service.full_name}/{name}",
         request_class=message_factory.GetMessageClass(method.input_type),
         inference=inference,
+        admin=name in service_class.ADMIN_RPCS,  # type: ignore[attr-defined]
         protocol=service_class.PROTOCOL if inference else "grpc",  # type: ignore[attr-defined]
         client_streaming=method.client_streaming,
     )
@@ -114,6 +124,23 @@ def log_failure(exc: BaseException, rpc: str) -> None:
         client_log.info("%s -> %s", rpc, exc.public_message)
     else:
         log.error("%s failed", rpc, exc_info=exc)
+
+
+def check_access(service: Service, info: RpcInfo, context: grpc.aio.ServicerContext) -> None:
+    """Raise Unauthenticated / PermissionDenied unless the caller may make this RPC (callers skip
+    this for open RPCs, so an open server pays nothing)."""
+    authorization = None
+    for key, value in context.invocation_metadata() or ():
+        if key == AUTHORIZATION_KEY and isinstance(value, str):
+            authorization = value
+    if info.admin:
+        service.guard.check_admin(authorization, grpc_peer_is_local(context.peer()))
+    else:
+        service.guard.check_inference(authorization)
+
+
+def needs_check(service: Service, info: RpcInfo) -> bool:
+    return info.admin or (info.inference and bool(service.guard.inference_tokens))
 
 
 def priority_of(context: grpc.aio.ServicerContext) -> int:
@@ -230,6 +257,8 @@ def rpc_boundary(method: F) -> F:
                 return
             call = _open(self, info, raw, context)
             try:
+                if needs_check(self, info):
+                    check_access(self, info, context)
                 request = info.parse(raw)
                 call.identify(self, request, context)
                 async for item in method(self, request, context, call.request_id):
@@ -253,6 +282,8 @@ def rpc_boundary(method: F) -> F:
         info = rpc_info(self, rpc)
         call = _open(self, info, raw, context)
         try:
+            if needs_check(self, info):
+                check_access(self, info, context)
             request = info.parse(raw)
             call.identify(self, request, context)
             data: bytes = (await method(self, request, context, call.request_id)).SerializeToString()
@@ -285,6 +316,8 @@ async def _bidirectional(
     request_scope.enter(rid)
     context.set_trailing_metadata(((REQUEST_ID_KEY, rid),))
     try:
+        if needs_check(service, info):
+            check_access(service, info, context)
         async for data in method(service, parsed_requests(info, raw_requests), context, rid):
             yield data
     except Exception as exc:

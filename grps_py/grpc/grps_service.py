@@ -13,6 +13,7 @@ from grps_py.core.executor import Executor
 from grps_py.core.telemetry import GRPS_GRPC
 from grps_py.core.types import InferRequest
 from grps_py.grpc.boundary import priority_of, rpc_boundary
+from grps_py.http.auth import AccessGuard
 from grps_py.protos import grps_pb2
 
 Msg = grps_pb2.GrpsMessage
@@ -34,9 +35,11 @@ class GrpsService:
     SERVICE = grps_pb2.DESCRIPTOR.services_by_name["GrpsService"]
     PROTOCOL = GRPS_GRPC
     INFERENCE_RPCS = frozenset({"Predict", "PredictStreaming"})
+    ADMIN_RPCS = frozenset({"Online", "Offline"})  # loopback callers or the admin token (the boundary checks)
 
-    def __init__(self, executor: Executor) -> None:
+    def __init__(self, executor: Executor, guard: AccessGuard | None = None) -> None:
         self.executor = executor
+        self.guard = guard or AccessGuard(executor.server_settings.security)
 
     def model_key(self, request: Msg) -> str:
         return self.executor.model_key(request.model)
@@ -51,7 +54,8 @@ class GrpsService:
             request_id=rid,
             priority=priority_of(context),
         )
-        return InferRequest(grps_pb.message_to_payload(message), ctx, message.model, rid, self.PROTOCOL)
+        payload = grps_pb.message_to_payload(message, self.executor.server_settings.limits)
+        return InferRequest(payload, ctx, message.model, rid, self.PROTOCOL)
 
     @rpc_boundary
     async def Predict(self, request: Msg, context: Ctx, rid: str) -> Msg:

@@ -20,6 +20,7 @@ from grps_py.core.executor import Executor
 from grps_py.core.oip import EMPTY_FINAL_RESPONSE, FINAL_RESPONSE, OipRequest, OipResponse
 from grps_py.core.telemetry import OIP_GRPC
 from grps_py.grpc.boundary import CallRecord, log_failure, rpc_boundary, rpc_info
+from grps_py.http.auth import AccessGuard
 from grps_py.protos import open_inference_pb2 as pb
 
 Ctx: TypeAlias = grpc.aio.ServicerContext
@@ -33,9 +34,11 @@ class OipService:
     SERVICE = pb.DESCRIPTOR.services_by_name["GRPCInferenceService"]
     PROTOCOL = OIP_GRPC
     INFERENCE_RPCS = frozenset({"ModelInfer", "ModelStreamInfer"})
+    ADMIN_RPCS: frozenset[str] = frozenset()
 
-    def __init__(self, executor: Executor) -> None:
+    def __init__(self, executor: Executor, guard: AccessGuard | None = None) -> None:
         self.executor = executor
+        self.guard = guard or AccessGuard(executor.server_settings.security)
         self.dataplane = OipDataplane(executor, OIP_GRPC)
 
     def model_key(self, request: pb.ModelInferRequest) -> str:
@@ -82,7 +85,7 @@ class OipService:
     async def ModelInfer(
         self, request: pb.ModelInferRequest, context: Ctx, rid: str
     ) -> pb.ModelInferResponse:
-        oip_request = oip_pb.decode_infer_request(request)
+        oip_request = oip_pb.decode_infer_request(request, self.executor.server_settings.limits)
         ctx = self.dataplane.context(oip_request, rid, context.time_remaining())
         try:
             response = await self.dataplane.infer(request.model_name, request.model_version, oip_request, ctx)
@@ -142,7 +145,7 @@ class OipService:
             queue.put_nowait(data)
 
         try:
-            request = oip_pb.decode_infer_request(message)
+            request = oip_pb.decode_infer_request(message, self.executor.server_settings.limits)
             ctx = self.dataplane.context(request, rid, context.time_remaining(), streaming=True)
             await self._stream_responses(message, request, ctx, send)
         except asyncio.CancelledError:

@@ -1,16 +1,28 @@
-"""Builds the grpc.aio server with every service, bound to the configured port."""
+"""Builds the grpc.aio server with every service, bound to the configured port.
+
+Limits: messages over `limits.grpc_message_bytes` (default interface.max_message_bytes) either way are
+refused by gRPC itself with RESOURCE_EXHAUSTED ("Received message larger than max (N vs. LIMIT)");
+at most `max_connections` RPCs run at once (grpc's maximum_concurrent_rpcs; beyond it RESOURCE_EXHAUSTED);
+a connection idle for `limits.idle_timeout_s` is closed.
+TLS from `tls.cert_file`/`key_file`; with `tls.client_ca_file` clients must present a certificate
+signed by that CA.
+"""
 
 from __future__ import annotations
 
+import ssl
 from typing import Any
 
 import grpc
 
 from grps_py.core.config import ServerSettings
+from grps_py.core.errors import ConfigError
 from grps_py.core.executor import Executor
+from grps_py.core.protection import TlsSettings
 from grps_py.grpc.boundary import Service
 from grps_py.grpc.grps_service import GrpsService
 from grps_py.grpc.oip_service import OipService
+from grps_py.http.auth import AccessGuard
 
 _HANDLER_KINDS: dict[tuple[bool, bool], Any] = {  # (client streaming, server streaming)
     (False, False): grpc.unary_unary_rpc_method_handler,
@@ -34,26 +46,54 @@ def add_service(server: grpc.aio.Server, servicer: Service) -> None:
     server.add_registered_method_handlers(name, handlers)
 
 
+def grpc_message_limit(settings: ServerSettings) -> int:
+    limit = settings.limits.grpc_message_bytes
+    return settings.interface.max_message_bytes if limit is None else limit
+
+
+def server_credentials(tls: TlsSettings, source: str) -> grpc.ServerCredentials:
+    """The server's certificate; with `client_ca_file`, clients must present one signed by that CA."""
+    assert tls.cert_file is not None and tls.key_file is not None
+    ca = tls.client_ca_file
+    if ca is not None:
+        try:  # gRPC would only fail later, and obscurely, on a file that is not a CA certificate
+            ssl.create_default_context(cafile=str(ca))
+        except (ssl.SSLError, OSError) as exc:
+            msg = f"{source}: tls: client_ca_file {ca} is not a PEM CA certificate: {exc}"
+            raise ConfigError(msg) from None
+    return grpc.ssl_server_credentials(
+        [(tls.key_file.read_bytes(), tls.cert_file.read_bytes())],
+        root_certificates=None if ca is None else ca.read_bytes(),
+        require_client_auth=ca is not None,
+    )
+
+
 def build_grpc_server(executor: Executor, settings: ServerSettings) -> tuple[grpc.aio.Server, int]:
     """The server (not started) and the port it bound (the real one when configured as 0)."""
-    limit = settings.interface.max_message_bytes
+    limit = grpc_message_limit(settings)
     server = grpc.aio.server(
         options=[
             ("grpc.max_send_message_length", limit),
             ("grpc.max_receive_message_length", limit),
             ("grpc.so_reuseport", 0),
+            # A connection with no RPC for this long is closed (GOAWAY; clients reconnect on their own).
+            ("grpc.max_connection_idle_ms", max(1, round(settings.limits.idle_timeout_s * 1000))),
         ],
         maximum_concurrent_rpcs=settings.max_connections,
     )
-    add_service(server, GrpsService(executor))
-    add_service(server, OipService(executor))
+    guard = AccessGuard(settings.security)
+    add_service(server, GrpsService(executor, guard))
+    add_service(server, OipService(executor, guard))
     host = settings.interface.host
     address = (
         f"[{host}]:{settings.interface.grpc_port}"
         if ":" in host
         else f"{host}:{settings.interface.grpc_port}"
     )
-    port = server.add_insecure_port(address)
+    if settings.tls.enabled:
+        port = server.add_secure_port(address, server_credentials(settings.tls, settings.source))
+    else:
+        port = server.add_insecure_port(address)
     if port == 0:
         raise OSError(f"gRPC could not bind {address}")
     return server, port

@@ -20,6 +20,7 @@ from grps_py.http.grps import (
 )
 from grps_py.http.monitor import monitor_routes
 from grps_py.http.oip import oip_routes
+from grps_py.http.policy import POLICY_SETTING, http_policy
 
 Route = tuple[str, type[tornado.web.RequestHandler], dict[str, Any]]
 
@@ -69,10 +70,12 @@ def _refuse_collisions(settings: ServerSettings, builtin: list[Route]) -> None:
 
 
 def build_app(executor: Executor, settings: ServerSettings) -> tornado.web.Application:
-    return tornado.web.Application(
+    app = tornado.web.Application(
         route_table(executor, settings),
         default_handler_class=NotFoundHandler,
         default_handler_args={"executor": executor},
         compress_response=False,
         log_function=skip_tornado_access_log,  # our access log writes each request once, with its id
     )
+    app.settings[POLICY_SETTING] = http_policy(settings)  # body limit and tokens, read by every handler
+    return app

@@ -6,21 +6,39 @@ request id, while the log gets the detail under the same id.
 
 It is also where each request is measured: one `RequestRecord` per request, handed to the executor's
 telemetry when the request finishes (answered, failed, or abandoned by its client).
+
+And where the HTTP policy is enforced (`http/policy.py`). Bodies are streamed in (Tornado's
+`stream_request_body`), so `prepare` runs as soon as the headers have arrived: a caller without the
+token its route needs, or a body whose Content-Length is over the limit, is answered (401/403/413) before
+the body is read; a chunked body is cut off with 413 as soon as it passes the limit, having kept no more
+than the limit. The body is joined into `request.body` when it is complete, before the route's method runs.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from asyncio import Future
 from typing import Any
 
 import tornado.web
+from tornado.httputil import HTTPHeaders
 
 from grps_py import status
 from grps_py.codecs import grps_json
 from grps_py.core import request_scope, telemetry
-from grps_py.core.errors import Cancelled, GrpsError, InvalidInput, ModelError, Overloaded
+from grps_py.core.errors import (
+    Cancelled,
+    GrpsError,
+    InvalidInput,
+    ModelError,
+    Overloaded,
+    PayloadTooLarge,
+    Unauthenticated,
+)
 from grps_py.core.executor import Executor
+from grps_py.http.auth import is_loopback
+from grps_py.http.policy import POLICY_SETTING, HttpPolicy, http_policy
 from grps_py.logs import ACCESS_LOGGER
 from grps_py.request_ids import new_request_id
 
@@ -44,18 +62,37 @@ def error_status(exc: BaseException) -> int:
     return status.wire_status(exc).http
 
 
+def declared_length(headers: HTTPHeaders) -> int | None:
+    """The body's Content-Length when Tornado will accept it; None when absent, chunked or malformed
+    (Tornado then refuses a malformed one itself, and a chunked body is counted as it arrives)."""
+    text = headers.get("Content-Length")
+    if text is None or "Transfer-Encoding" in headers:
+        return None
+    pieces = {piece.strip() for piece in text.split(",")}
+    value = pieces.pop()
+    return int(value) if not pieces and value.isdigit() else None
+
+
+@tornado.web.stream_request_body
 class BaseHandler(tornado.web.RequestHandler):
     """Common to every route: request id, executor access, the error envelope, and the request's record.
 
     `protocol` labels the request in telemetry; `inference` routes also report `request_started` (once
-    their model is known, at the latest when they finish)."""
+    their model is known, at the latest when they finish) and need an inference token when tokens are
+    configured; `admin` routes need the admin token, or a loopback caller when none is configured."""
 
     executor: Executor
     protocol = "http"
     inference = False
+    admin = False
 
     def initialize(self, executor: Executor, **_: Any) -> None:
         self.executor = executor
+        policy = self.application.settings.get(POLICY_SETTING)
+        self.policy: HttpPolicy = policy if policy is not None else http_policy(executor.server_settings)
+        self._chunks: list[bytes] = []
+        self._body_size = 0
+        self._body_done = False
         self._client_id = request_scope.client_request_id(self.request.headers.get(REQUEST_ID_HEADER))
         self.request_id = self._client_id or new_request_id()
         self._model_key: str | None = None  # set once request_started was reported
@@ -66,8 +103,42 @@ class BaseHandler(tornado.web.RequestHandler):
         self._recorded = False
 
     def prepare(self) -> None:
+        """Runs once the headers are in, before the body: who may call, and how large a body may be."""
         request_scope.enter(self.request_id)
         self.set_header(REQUEST_ID_HEADER, self.request_id)
+        if self.admin:
+            authorization = self.request.headers.get("Authorization")
+            self.policy.guard.check_admin(authorization, is_loopback(self.request.remote_ip))
+        elif self.inference and self.policy.guard.inference_tokens:
+            self.policy.guard.check_inference(self.request.headers.get("Authorization"))
+        length = declared_length(self.request.headers)
+        if length is not None and length > self.policy.body_bytes:
+            raise self._too_large()
+        self.request._body_future.add_done_callback(self._body_received)
+
+    # -- the body ------------------------------------------------------------------------------
+    def data_received(self, chunk: bytes) -> None:
+        """Keep the body up to the limit; past it, answer 413 at once (Tornado drops the rest)."""
+        self._body_size += len(chunk)
+        if self._body_size <= self.policy.body_bytes:
+            self._chunks.append(chunk)
+        elif not self._finished:
+            self._chunks = []
+            exc = self._too_large()
+            self.log_exception(type(exc), exc, None)
+            self.send_error(413, exc_info=(type(exc), exc, None))
+
+    def _body_received(self, future: Future[None]) -> None:
+        """The whole body is in: join it for the route (registered in prepare, so before the route runs)."""
+        if future.cancelled() or future.exception() is not None:
+            return
+        self._body_done = True
+        chunks, self._chunks = self._chunks, []
+        self.request.body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+    def _too_large(self) -> PayloadTooLarge:
+        limit = self.policy.body_bytes
+        return PayloadTooLarge(f"the request body exceeds {self.policy.body_setting} ({limit} bytes)")
 
     def adopt_request_id(self, candidate: str) -> None:
         """Name the request by an id found in its body (OIP `id`) when the client sent no X-Request-Id."""
@@ -95,8 +166,20 @@ class BaseHandler(tornado.web.RequestHandler):
         self._client_gone = True
 
     def on_connection_close(self) -> None:
-        self.mark_client_gone()
+        cut_off = not self._body_done and not self._finished
+        if cut_off and self.request.request_time() >= self.policy.body_timeout_s:
+            client_log.info(
+                "%s %s -> the body did not arrive within %ss (limits.body_timeout_s); connection closed",
+                self.request.method,
+                self.request.path,
+                self.policy.body_timeout_s,
+            )
+            self.mark_failed(tornado.web.HTTPError(408, "request body timeout"))
+        else:
+            self.mark_client_gone()
         super().on_connection_close()
+        if cut_off:
+            self._record()  # the connection closed while the body was arriving: nothing will finish it
 
     def write(self, chunk: str | bytes | dict[str, Any]) -> None:
         super().write(chunk)
@@ -125,7 +208,7 @@ class BaseHandler(tornado.web.RequestHandler):
             reason=telemetry.reason_of(exc, http_status),
             started=time.time() - duration_s,
             duration_s=duration_s,
-            bytes_in=len(self.request.body),
+            bytes_in=self._body_size,
             bytes_out=self._bytes_out,
         )
         self.executor.telemetry.request_finished(record)
@@ -172,6 +255,10 @@ class BaseHandler(tornado.web.RequestHandler):
         self.set_status(http_status)
         if isinstance(exc, Overloaded):
             self.set_header("Retry-After", "1")
+        elif isinstance(exc, Unauthenticated):
+            self.set_header("WWW-Authenticate", "Bearer")
+        if not self._body_done:
+            self.set_header("Connection", "close")  # answered before its body was read: Tornado closes
         rid = self.request_id
         self.set_header(REQUEST_ID_HEADER, rid)  # send_error cleared the headers set in prepare()
         self.set_header("Content-Type", "application/json")

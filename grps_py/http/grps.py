@@ -7,6 +7,7 @@ from typing import Any
 import orjson
 
 from grps_py.codecs import grps_json, json_values
+from grps_py.codecs.limits import check_length
 from grps_py.core.config import StreamingCtrl
 from grps_py.core.context import GrpsContext
 from grps_py.core.errors import InvalidInput
@@ -16,13 +17,17 @@ from grps_py.core.types import InferRequest, Payload, PayloadKind
 from grps_py.http.base import BaseHandler
 from grps_py.http.streaming import OCTET_STREAM, PredictBase, is_true, streaming_requested
 
+ADMIN_ACTIONS = frozenset({"online", "offline"})
+
 
 class HealthHandler(BaseHandler):
-    """online / offline switch the shared flag; live / ready report it."""
+    """online / offline switch the shared flag (admin: loopback or the admin token); live / ready report
+    it (open: probes)."""
 
     def initialize(self, executor: Executor, action: str = "live", **_: Any) -> None:
         super().initialize(executor)
         self.action = action
+        self.admin = action in ADMIN_ACTIONS
 
     def get(self) -> None:
         ex = self.executor
@@ -55,17 +60,19 @@ class PredictHandler(PredictBase):
         """The payload, the model (the body's beats ?model=) and whether to stream."""
         body = self.request.body
         streaming = streaming_requested(self, self.ctrl)
+        limits = self.executor.server_settings.limits
         if self._content_type() == OCTET_STREAM:
+            check_length(len(body), "bin_data", limits)
             return Payload.of_bytes(body), "", streaming
         if not body.strip():
             raise InvalidInput("empty request body; send a GrpsMessage as JSON")
         if self.ctrl.ctrl_mode == "body_param":
             body, streaming = self._pop_body_flag(body)
-        payload, model = grps_json.decode_request(body)
+        payload, model = grps_json.decode_request(body, limits)
         return payload, model, streaming
 
     def _pop_body_flag(self, body: bytes) -> tuple[bytes, bool]:
-        doc = json_values.load(body)
+        doc = json_values.load(body, limits=self.executor.server_settings.limits)
         if not isinstance(doc, dict) or self.ctrl.ctrl_key not in doc:
             return body, False
         flag = is_true(doc.pop(self.ctrl.ctrl_key))
@@ -98,7 +105,7 @@ class ModelMetadataHandler(BaseHandler):
     def _model_name(self) -> str:
         name = self.get_query_argument("model", "") or ""
         if self.request.body.strip():
-            payload, model = grps_json.decode_request(self.request.body)
+            payload, model = grps_json.decode_request(self.request.body, self.executor.server_settings.limits)
             name = payload.value if payload.kind is PayloadKind.TEXT and payload.value else (model or name)
         return str(name)
 

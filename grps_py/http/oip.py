@@ -136,7 +136,8 @@ class InferBase(OipHandler):
         wbits = _DECOMPRESSORS.get(encoding)
         if wbits is None:
             raise InvalidInput(f"unsupported Content-Encoding {encoding!r}; use gzip or deflate")
-        limit = self.executor.server_settings.interface.max_message_bytes
+        settings = self.executor.server_settings  # the body limit holds after decompression too
+        limit = settings.limits.http_body_bytes or settings.interface.max_message_bytes
         inflater = zlib.decompressobj(wbits)
         try:
             data = inflater.decompress(self.request.body, limit + 1)
@@ -179,7 +180,8 @@ class InferBase(OipHandler):
 
 class InferHandler(InferBase):
     async def post(self, model: str, version: str | None = None) -> None:
-        request = oip_json.decode_request(self.body(), self.request.headers.get(HEADER_LENGTH))
+        limits = self.executor.server_settings.limits
+        request = oip_json.decode_request(self.body(), self.request.headers.get(HEADER_LENGTH), limits)
         response = await self.run(model, version, request)
         if response is None:
             return
@@ -205,7 +207,8 @@ class GenerateHandler(InferBase):
     async def post(self, model: str, version: str | None = None) -> None:
         entry = self.dataplane.entry(model, version or "")
         specs = {s.name: (s.datatype, s.shape) for s in entry.inputs}
-        inputs, parameters, rid = oip_generate.decode_generate(self.body(), specs)
+        limits = self.executor.server_settings.limits
+        inputs, parameters, rid = oip_generate.decode_generate(self.body(), specs, limits)
         request = OipRequest(inputs, id=rid, parameters=parameters)
         if not self.stream:
             response = await self.run(model, version, request)

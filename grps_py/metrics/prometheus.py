@@ -93,6 +93,15 @@ class Families:
             registry=registry,
         )
         self.gpu_oom = Counter("grps_gpu_oom", "GPU out-of-memory errors.", mv, registry=registry)
+        self.hung = Gauge(
+            "grps_hung_instances",
+            "Instances still running a request past its deadline (they get no new work until it returns).",
+            mv,
+            registry=registry,
+        )
+        self.hangs = Counter(
+            "grps_instance_hangs", "Times an instance ran a request past its deadline.", mv, registry=registry
+        )
 
 
 class ProtocolMetrics:
@@ -126,6 +135,8 @@ class ModelMetrics:
         "compute",
         "depth",
         "gpu_oom",
+        "hangs",
+        "hung",
         "inflight",
         "labels",
         "protocols",
@@ -142,6 +153,8 @@ class ModelMetrics:
         self.inflight = families.inflight.labels(*labels)
         self.depth = families.depth.labels(*labels)
         self.gpu_oom = families.gpu_oom.labels(*labels)
+        self.hung = families.hung.labels(*labels)
+        self.hangs = families.hangs.labels(*labels)
         self.protocols: dict[str, ProtocolMetrics] = {}
         self.rejections: dict[str, Counter] = {}
 

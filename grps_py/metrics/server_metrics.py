@@ -8,6 +8,7 @@ registry (thread-safe) and may be called from any thread.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable, Mapping
 from contextlib import suppress
@@ -69,6 +70,11 @@ class ServerMetrics:
             "Open sockets of this process (listeners included).",
             registry=self.registry,
         ).set_function(open_connections)
+        self._tasks = Gauge(
+            "grps_asyncio_tasks",
+            "asyncio tasks alive on the server's event loop (sampled once a second).",
+            registry=self.registry,
+        )
         self.registry.register(UserMetricsCollector(monitor))
         self._process = ProcessSampler(clock)
         self._nvml = Nvml(enabled=gpu)
@@ -152,6 +158,14 @@ class ServerMetrics:
         if first_after_s is not None:
             by_protocol.first_message.observe(first_after_s)
 
+    def instance_hung(self, model: str, index: int, running_s: float) -> None:
+        children = self._model(model)
+        children.hung.inc()
+        children.hangs.inc()
+
+    def instance_recovered(self, model: str, index: int, running_s: float) -> None:
+        self._model(model).hung.dec()
+
     def gpu_oom(self, model: str) -> None:
         self._model(model).gpu_oom.inc()
         overall, scope = self._buckets(model)
@@ -173,6 +187,8 @@ class ServerMetrics:
             bucket.add_sample(MEM, mem)
         if self._gpu_gauges is not None:
             self._sample_gpus(bucket, self._gpu_gauges)
+        with suppress(RuntimeError):  # no running loop: sampled from a test, not the server
+            self._tasks.set(len(asyncio.all_tasks()))
 
     def _sample_gpus(self, bucket: Bucket, gauges: tuple[Gauge, Gauge, Gauge]) -> None:
         """Set the GPU gauges and add the dashboard's samples; a device that did not answer loses its

@@ -17,12 +17,15 @@ from tritonclient.utils import np_to_triton_dtype
 from grps_py.codecs import oip_json
 from grps_py.core.errors import InvalidInput, ModelError
 from grps_py.core.oip import OipResponse, RequestedOutput
+from grps_py.core.protection import LimitsSettings
 from grps_py.core.types import Tensor
 from oip_samples import SAMPLES
 
 Array = np.ndarray[Any, Any]
 
 JSON_DATATYPES = [name for name in SAMPLES if name != "BF16"]  # tritonclient sends BF16 only binary
+
+NO_ELEMENT_LIMIT = LimitsSettings(elements=10**40)  # larger than any shape these tests claim
 
 
 def same(got: Array, want: Array) -> None:
@@ -374,8 +377,12 @@ def test_binary_inputs_take_consecutive_slices_in_input_order() -> None:
             bytes(8),
             "input 'a': shape [3] of INT32 needs 12 bytes, got 8",
         ),
-        ([binary_input("a", "INT64", [2**40, 2**40], 8)], bytes(8), "needs 9671406556917033397649408 bytes"),
-        ([binary_input("a", "BYTES", [2**50], 4)], bytes(4), "input 'a': 4 bytes of BYTES data cannot hold"),
+        (
+            [binary_input("a", "INT64", [2**40, 2**40], 8)],
+            bytes(8),
+            "input 'a': 1208925819614629174706176 elements exceed limits.elements (268435456)",
+        ),
+        ([binary_input("a", "BYTES", [2**50], 4)], bytes(4), "input 'a': 1125899906842624 elements exceed"),
         ([binary_input("a", "BYTES", [1], 6)], b"\x05\x00\x00\x00ab", "BYTES element 0 (length 5) runs past"),
         ([binary_input("a", "BYTES", [1], 7)], b"\x02\x00\x00\x00abc", "1 bytes left over after 1 BYTES"),
         ([binary_input("a", "BYTES", [2], 6)], b"\x02\x00\x00\x00ab", "cannot hold 2 elements"),
@@ -384,6 +391,21 @@ def test_binary_inputs_take_consecutive_slices_in_input_order() -> None:
 def test_binary_part_errors(inputs: list[dict[str, Any]], binary: bytes, fragment: str) -> None:
     with pytest.raises(InvalidInput) as caught:
         oip_json.decode_request(*binary_request(inputs, binary))
+    assert fragment in caught.value.public_message
+
+
+@pytest.mark.parametrize(
+    ("inputs", "binary", "fragment"),
+    [
+        ([binary_input("a", "INT64", [2**40, 2**40], 8)], bytes(8), "needs 9671406556917033397649408 bytes"),
+        ([binary_input("a", "BYTES", [2**50], 4)], bytes(4), "input 'a': 4 bytes of BYTES data cannot hold"),
+    ],
+)
+def test_huge_claimed_shapes_are_refused_by_arithmetic_without_limits(
+    inputs: list[dict[str, Any]], binary: bytes, fragment: str
+) -> None:
+    with pytest.raises(InvalidInput) as caught:
+        oip_json.decode_request(*binary_request(inputs, binary), limits=NO_ELEMENT_LIMIT)
     assert fragment in caught.value.public_message
 
 

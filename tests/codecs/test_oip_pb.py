@@ -18,12 +18,15 @@ from grps_py.codecs import oip_pb
 from grps_py.core.catalog import ModelEntry, model_config
 from grps_py.core.errors import InvalidInput, ModelError, Unsupported
 from grps_py.core.oip import OipResponse, RequestedOutput
+from grps_py.core.protection import LimitsSettings
 from grps_py.core.signature import TensorSpec
 from grps_py.core.types import Tensor
 from grps_py.protos import open_inference_pb2 as pb
 from oip_clients import CONTENTS_FIELD
 
 Array = np.ndarray[Any, Any]
+
+NO_ELEMENT_LIMIT = LimitsSettings(elements=10**40)  # larger than any shape these tests claim
 
 
 def objects(values: list[bytes], shape: tuple[int, ...]) -> Array:
@@ -308,6 +311,22 @@ def param_without_value() -> pb.ModelInferRequest:
 
 
 HUGE = [2**31, 2**31, 2**31]
+HUGE_ELEMENTS = r"input 'x': 9903520314283042199192993792 elements exceed limits.elements \(268435456\)"
+# Without limits, a huge claimed shape is still refused, by arithmetic, before anything is allocated.
+UNLIMITED_MISTAKES: dict[str, tuple[Callable[[], pb.ModelInferRequest], str]] = {
+    "huge raw": (
+        raw_with("FP64", HUGE, b"\0" * 8),
+        r"input 'x': shape \[2147483648, .*\] of FP64 needs \d+ bytes, got 8",
+    ),
+    "huge typed": (
+        with_contents("int_contents", [1], "INT32", tuple(HUGE)),
+        r"input 'x': 1 values do not fit",
+    ),
+    "huge bytes": (
+        raw_with("BYTES", HUGE, length_prefixed([b"a"])),
+        r"input 'x': 5 bytes of BYTES data cannot hold \d+ elements",
+    ),
+}
 MISTAKES: dict[str, tuple[Callable[[], pb.ModelInferRequest], str]] = {
     "raw count": (two_inputs_one_raw, r"raw_input_contents has 1 entries for 2 inputs"),
     "raw and contents": (raw_and_contents, r"input 'x': sets contents while .* raw_input_contents"),
@@ -344,18 +363,9 @@ MISTAKES: dict[str, tuple[Callable[[], pb.ModelInferRequest], str]] = {
         raw_with("INT8", [-1, 2], b"\0\0"),
         r"input 'x': shape \[-1, 2\] has a negative dimension",
     ),
-    "huge raw": (
-        raw_with("FP64", HUGE, b"\0" * 8),
-        r"input 'x': shape \[2147483648, .*\] of FP64 needs \d+ bytes, got 8",
-    ),
-    "huge typed": (
-        with_contents("int_contents", [1], "INT32", tuple(HUGE)),
-        r"input 'x': 1 values do not fit",
-    ),
-    "huge bytes": (
-        raw_with("BYTES", HUGE, length_prefixed([b"a"])),
-        r"input 'x': 5 bytes of BYTES data cannot hold \d+ elements",
-    ),
+    "huge raw": (raw_with("FP64", HUGE, b"\0" * 8), HUGE_ELEMENTS),
+    "huge typed": (with_contents("int_contents", [1], "INT32", tuple(HUGE)), HUGE_ELEMENTS),
+    "huge bytes": (raw_with("BYTES", HUGE, length_prefixed([b"a"])), HUGE_ELEMENTS),
     "huge empty": (raw_with("INT8", [0, 2**62, 4], b""), r"input 'x': shape \[0, .*\] cannot be used"),
     "bytes overrun": (
         raw_with("BYTES", [1], struct.pack("<I", 9) + b"abc"),
@@ -378,6 +388,13 @@ def test_client_mistakes_are_invalid_input(case: str) -> None:
     build, message = MISTAKES[case]
     with pytest.raises(InvalidInput, match=message):
         oip_pb.decode_infer_request(over_the_wire(build()))
+
+
+@pytest.mark.parametrize("case", sorted(UNLIMITED_MISTAKES))
+def test_huge_shapes_are_refused_by_arithmetic_without_limits(case: str) -> None:
+    build, message = UNLIMITED_MISTAKES[case]
+    with pytest.raises(InvalidInput, match=message):
+        oip_pb.decode_infer_request(over_the_wire(build()), NO_ELEMENT_LIMIT)
 
 
 def test_shared_memory_is_unsupported() -> None:
