@@ -280,7 +280,8 @@ def test_timeout_is_504(client: GrpsClient) -> None:
     with pytest.raises(GrpsClientError) as err:  # had the client waited, the gmap answer would be a 500
         client.predict("1.5", model="probe-1.0", timeout=0.2)
     assert (err.value.status, err.value.code) == (504, "DEADLINE_EXCEEDED")
-    assert "within 0.2 s" in err.value.message
+    # The client's own deadline or the server's (which answers a request still running at its deadline).
+    assert "within" in err.value.message
     assert client.predict("on time", model="echo-1.0") == "on time"  # the client recovers
 
 

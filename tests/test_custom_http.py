@@ -248,3 +248,12 @@ def test_a_path_that_a_builtin_route_matches_stops_start_up() -> None:
     settings = ServerSettings(interface=InterfaceSettings(customized_predict_http=(route,)))
     with pytest.raises(ConfigError, match=r"path '/v2' is a built-in route"):
         route_table(probe.executor, settings)
+
+
+def test_model_code_sees_only_its_own_request(http: httpx.Client) -> None:
+    """The request a custom route hands model code is data about that request alone: nothing it refers
+    to leads to the handler, the application, the executor or the server."""
+    reached = http.post("/raw?form=reach", content=b"x", headers={"X-A": "1"}).json()
+    assert reached
+    forbidden = ("Handler", "Application", "Executor", "GrpsServer", "HTTPServer", "IOStream", "Connection")
+    assert not [name for name in reached if name.endswith(forbidden) or "grps_py.http" in name], reached

@@ -157,20 +157,39 @@ STUCK_THREAD_JOIN_S = 1.0
 
 M_ARENA_MAX = -8  # glibc's mallopt parameter
 MALLOC_ARENAS = 2
+MALLOC_TRIM_S = 30.0
+
+
+def _libc(name: str) -> Any:
+    """A glibc function, or None elsewhere (musl, macOS): these are glibc's knobs."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        return getattr(ctypes.CDLL(None), name)
+    except (OSError, AttributeError):
+        return None
 
 
 def limit_malloc_arenas(count: int = MALLOC_ARENAS) -> None:
     """glibc gives threads their own malloc arenas (up to 8 per core), and memory freed in one is seldom
     returned, so a server with a thread per model instance creeps up in RSS for a long while (about
-    0.7 MiB a minute in the soak, scripts/soak.py); a few arenas keep it flat. Done before any thread
-    starts; MALLOC_ARENA_MAX in the environment, read by glibc itself, wins."""
-    if "MALLOC_ARENA_MAX" in os.environ or not sys.platform.startswith("linux"):
+    0.7 MiB a minute in the soak, scripts/soak.py); a few arenas keep it flatter. Done before any
+    thread starts; MALLOC_ARENA_MAX in the environment, read by glibc itself, wins."""
+    mallopt = _libc("mallopt")
+    if mallopt is not None and "MALLOC_ARENA_MAX" not in os.environ:
+        mallopt(M_ARENA_MAX, count)
+
+
+async def trim_malloc_every(period_s: float = MALLOC_TRIM_S) -> None:
+    """Give memory the allocator holds free back to the system now and then (glibc keeps freed chunks
+    in its heaps: 2-6 MiB at a time under the soak's load, seen as a slow RSS creep otherwise)."""
+    trim = _libc("malloc_trim")
+    if trim is None:
         return
-    try:
-        mallopt = ctypes.CDLL(None).mallopt
-    except (OSError, AttributeError):  # not glibc
-        return
-    mallopt(M_ARENA_MAX, count)
+    loop = asyncio.get_running_loop()
+    while True:
+        await asyncio.sleep(period_s)
+        await loop.run_in_executor(None, trim, 0)  # walks the heaps: not on the event loop
 
 
 async def _serve(args: argparse.Namespace) -> None:
@@ -179,7 +198,11 @@ async def _serve(args: argparse.Namespace) -> None:
     check_ports(project.server)
     server = GrpsServer(project.server, project.inference)
     setup_logging(server.settings.log)
-    await server.serve(terminal_progress(sys.stderr))
+    trimming = asyncio.ensure_future(trim_malloc_every())
+    try:
+        await server.serve(terminal_progress(sys.stderr))
+    finally:
+        trimming.cancel()
 
 
 def run_check(args: argparse.Namespace) -> int:

@@ -216,8 +216,8 @@ class ModelScheduler:
         if not item.future.done():
             item.future.set_exception(
                 DeadlineExceeded(
-                    f"model '{self.key}' did not answer within the request's "
-                    f"{(item.timeout_s or 0) * 1e3:.0f} ms timeout"
+                    f"model '{self.key}' did not answer within {_duration(item.timeout_s or 0)} "
+                    "(the request's timeout)"
                 )
             )
         self._hang(dispatch)
@@ -418,6 +418,11 @@ def batch_scope(batch: list[QueueItem]) -> str:
     if len(batch) == 1:
         return batch[0].ctx.request_id
     return request_scope.batch_id(item.ctx.request_id for item in batch)
+
+
+def _duration(seconds: float) -> str:
+    """As the clients write a timeout: "0.2 s", or "50 ms" below a tenth of a second."""
+    return f"{seconds:.1f} s" if seconds >= 0.1 else f"{seconds * 1e3:.0f} ms"
 
 
 def _stop_timer(item: QueueItem) -> None:

@@ -52,11 +52,21 @@ class InspectInferer(ModelInferer):
             context.set_http_response(("made", 201, {"X-Made": "yes", "Content-Type": "text/x-made"}))
         elif form == "pair":
             context.set_http_response(({"error": "no such thing"}, 404))
+        elif form == "reach":  # what the request object leads to, two references deep
+            context.set_http_response(sorted(reachable_types(request)))
         elif form == "bad":
             context.set_http_response(object())
         elif form == "raise":
             raise RuntimeError("failed on purpose")
         return GrpsMessage()
+
+
+def reachable_types(root: object) -> set[str]:
+    """Module-qualified type names of the objects `root` refers to, and those they refer to."""
+    import gc
+
+    level1 = gc.get_referents(root)
+    return {f"{type(obj).__module__}.{type(obj).__qualname__}" for obj in level1 + gc.get_referents(*level1)}
 
 
 class WordsInferer(ModelInferer):
