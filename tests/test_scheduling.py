@@ -228,8 +228,12 @@ def test_a_full_queue_answers_at_once(grps: Grps, sched: ServerThread) -> None:
 
 def test_a_request_that_times_out_in_the_queue_never_runs(grps: Grps, sched: ServerThread) -> None:
     holder = hold(grps, "gate")
-    category, _, _ = grps.predict("gate", "late", timeout_s=0.1)
+    queued = sched.server.executor.stats.model("gate-1").queued
+    # A timeout long enough for the request to reach the server on a loaded machine: one that ran out
+    # on the client before the server read it would test nothing.
+    category, _, _ = grps.predict("gate", "late", timeout_s=1.0)
     assert category == "timeout"
+    assert sched.server.executor.stats.model("gate-1").queued > queued  # it was queued, then dropped
     models().RELEASE.set()
     holder.join(10)
     assert grps.predict("gate", "after")[0] == "ok"
