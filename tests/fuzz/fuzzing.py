@@ -197,3 +197,18 @@ def value_lists(datatype: Any, n: int) -> st.SearchStrategy[list[Any]]:
         st.lists(good, min_size=n, max_size=n),
         st.lists(st.one_of(good, json_scalars), min_size=n, max_size=n),
     )
+
+
+def damage(draw: st.DrawFn, wire: bytes) -> bytes:
+    """`wire` with a few bytes changed, cut or inserted (for protobuf decoders)."""
+    data = bytearray(wire)
+    for _ in range(draw(st.integers(1, 3))):
+        at = draw(st.integers(0, len(data)))
+        action = draw(st.sampled_from(["set", "cut", "insert"]))
+        if action == "set" and at < len(data):
+            data[at] = draw(st.integers(0, 255))
+        elif action == "cut":
+            del data[at : at + draw(st.integers(1, 4))]
+        else:
+            data[at:at] = draw(st.binary(min_size=1, max_size=4))
+    return bytes(data)

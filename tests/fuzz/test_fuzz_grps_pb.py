@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from fuzz.fuzzing import FUZZ, assert_within_limits, decode_or_refuse, limits, mostly
+from fuzz.fuzzing import FUZZ, assert_within_limits, damage, decode_or_refuse, limits, mostly
 from google.protobuf.message import DecodeError
 from hypothesis import given
 from hypothesis import strategies as st
@@ -77,17 +77,7 @@ def messages(draw: st.DrawFn) -> grps_pb2.GrpsMessage:
 @st.composite
 def damaged(draw: st.DrawFn) -> bytes:
     """A message's wire bytes with a few bytes changed, cut or inserted."""
-    data = bytearray(draw(messages()).SerializeToString())
-    for _ in range(draw(st.integers(1, 3))):
-        at = draw(st.integers(0, len(data)))
-        action = draw(st.sampled_from(["set", "cut", "insert"]))
-        if action == "set" and at < len(data):
-            data[at] = draw(st.integers(0, 255))
-        elif action == "cut":
-            del data[at : at + draw(st.integers(1, 4))]
-        else:
-            data[at:at] = draw(st.binary(min_size=1, max_size=4))
-    return bytes(data)
+    return damage(draw, draw(messages()).SerializeToString())
 
 
 def check(wire: bytes, limits: LimitsSettings) -> None:

@@ -11,7 +11,7 @@ import math
 import struct
 from typing import Any
 
-from fuzz.fuzzing import DATATYPES, FUZZ, assert_within_limits, decode_or_refuse, limits, mostly
+from fuzz.fuzzing import DATATYPES, FUZZ, assert_within_limits, damage, decode_or_refuse, limits, mostly
 from google.protobuf.message import DecodeError
 from hypothesis import given
 from hypothesis import strategies as st
@@ -118,17 +118,7 @@ def requests(draw: st.DrawFn) -> pb.ModelInferRequest:
 @st.composite
 def damaged(draw: st.DrawFn) -> bytes:
     """A request's wire bytes with a few bytes changed, cut or inserted."""
-    data = bytearray(draw(requests()).SerializeToString())
-    for _ in range(draw(st.integers(1, 3))):
-        at = draw(st.integers(0, len(data)))
-        action = draw(st.sampled_from(["set", "cut", "insert"]))
-        if action == "set" and at < len(data):
-            data[at] = draw(st.integers(0, 255))
-        elif action == "cut":
-            del data[at : at + draw(st.integers(1, 4))]
-        else:
-            data[at:at] = draw(st.binary(min_size=1, max_size=4))
-    return bytes(data)
+    return damage(draw, draw(requests()).SerializeToString())
 
 
 def check(wire: bytes, limits: LimitsSettings) -> None:
