@@ -3,7 +3,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install serve test lint typecheck pytest soak proto model clean
+.PHONY: install serve test lint typecheck pytest soak bench proto model clean
 
 install: $(STAMP)
 
@@ -42,3 +42,8 @@ model: $(STAMP)
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
+
+# grps-py against Triton, KServe, MLServer and the transport floor (bench/compare.py; the peers are
+# installed into their own virtualenvs under ~/.cache/grps-py-bench on first use). About 10 minutes.
+bench: $(STAMP)
+	$(BIN)/python bench/compare.py

@@ -10,7 +10,7 @@ max_batch_size 32, one instance). Each server is driven at every concurrency
 level for `--seconds` (after a short warm-up) by a bounded async load: C workers, each sending its
 next request as soon as its answer came back, all with one pre-built request ([1, 512] FP32) so
 that the client does no encoding work. Over HTTP that is the Open Inference Protocol's binary
-tensor extension (`Inference-Header-Content-Length`, `binary_data_output: true`) with a raw
+tensor extension (`Inference-Header-Content-Length`, output `y` as binary data) with a raw
 HTTP/1.1 client (bench/load.py) re-sending pre-built bytes; with
 `--protocol grpc` it is `inference.GRPCInferenceService/ModelInfer` with `raw_input_contents`, sent
 as pre-serialized bytes through a generic `channel.unary_unary`. Before the load, one answer from
@@ -57,7 +57,7 @@ import torch
 import yaml
 
 from grps_py.protos import open_inference_pb2
-from load import Load, RawHttp, Send, drive
+from load import Load, RawHttp, Send, drive, oip_binary_request
 
 ROOT = Path(__file__).resolve().parent.parent
 TORCH_THREADS = 1  # bench/projects/mlp/conf/*.yml: inferer_args.num_threads
@@ -200,24 +200,7 @@ def serving(inference_conf: str) -> Iterator[Server]:
 
 def http_request() -> tuple[bytes, dict[str, str]]:
     """The binary-extension body and headers for one [1, 512] FP32 row."""
-    header = json.dumps(
-        {
-            "inputs": [
-                {
-                    "name": "x",
-                    "shape": list(X.shape),
-                    "datatype": "FP32",
-                    "parameters": {"binary_data_size": X.nbytes},
-                }
-            ],
-            "parameters": {"binary_data_output": True},
-        }
-    ).encode()
-    headers = {
-        "Inference-Header-Content-Length": str(len(header)),
-        "Content-Type": "application/octet-stream",
-    }
-    return header + X.tobytes(), headers
+    return oip_binary_request(X, "y")
 
 
 def http_output(body: bytes, header_length: int) -> np.ndarray:

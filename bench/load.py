@@ -7,6 +7,10 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
+import grpc
+import numpy as np
+import orjson
+
 Send = Callable[[], Awaitable[object]]
 
 
@@ -15,27 +19,43 @@ class Load:
     requests_per_s: float
     p50_ms: float
     p99_ms: float
+    errors: int = 0  # failed or timed-out requests (counted only when `drive` tolerates them)
+    requests: int = 0  # answered requests
 
 
-async def drive(send: Send, seconds: float, concurrency: int) -> Load:
-    """Requests/s, p50 and p99 of `concurrency` workers sending back to back for `seconds`."""
+async def drive(send: Send, seconds: float, concurrency: int, request_timeout_s: float | None = None) -> Load:
+    """Requests/s, p50 and p99 of `concurrency` workers sending back to back for `seconds`.
+
+    With `request_timeout_s`, a request that fails or takes longer is counted in `errors` instead of
+    ending the run: the run then lasts at most `seconds + request_timeout_s`."""
     latencies: list[float] = []
+    errors = 0
     stop = time.perf_counter() + seconds
 
     async def worker() -> None:
+        nonlocal errors
         while time.perf_counter() < stop:
             start = time.perf_counter()
-            await send()
+            if request_timeout_s is None:
+                await send()
+            else:
+                try:
+                    await asyncio.wait_for(send(), request_timeout_s)
+                except Exception:
+                    errors += 1
+                    continue
             latencies.append(time.perf_counter() - start)
 
     began = time.perf_counter()
     await asyncio.gather(*(worker() for _ in range(concurrency)))
     elapsed = time.perf_counter() - began
-    ordered = sorted(latencies)
+    ordered = sorted(latencies) or [float("nan")]
     return Load(
-        len(ordered) / elapsed,
+        len(latencies) / elapsed,
         ordered[len(ordered) // 2] * 1e3,
         ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))] * 1e3,
+        errors,
+        len(latencies),
     )
 
 
@@ -74,3 +94,39 @@ class RawHttp:
     async def close(self) -> None:
         for writer in self._all:
             writer.close()
+
+
+class RawGrpc:
+    """One unary method called with pre-serialized request bytes; the answer is read as bytes, not
+    parsed (the client's protobuf work would otherwise weigh on the server sharing its cores)."""
+
+    def __init__(self, channel: grpc.aio.Channel, method: str, request: bytes) -> None:
+        self._call = channel.unary_unary(method)
+        self.request = request
+
+    async def send(self) -> bytes:
+        reply: bytes = await self._call(self.request)
+        return reply
+
+
+def oip_binary_request(x: np.ndarray, output: str) -> tuple[bytes, dict[str, str]]:
+    """The body and headers of an OIP HTTP binary-extension request: FP32 input `x`, output `output`
+    asked for as binary data."""
+    header = orjson.dumps(
+        {
+            "inputs": [
+                {
+                    "name": "x",
+                    "shape": list(x.shape),
+                    "datatype": "FP32",
+                    "parameters": {"binary_data_size": x.nbytes},
+                }
+            ],
+            "outputs": [{"name": output, "parameters": {"binary_data": True}}],
+        }
+    )
+    headers = {
+        "Content-Type": "application/octet-stream",
+        "Inference-Header-Content-Length": str(len(header)),
+    }
+    return header + x.tobytes(), headers

@@ -231,9 +231,16 @@ def test_a_request_that_times_out_in_the_queue_never_runs(grps: Grps, sched: Ser
     queued = sched.server.executor.stats.model("gate-1").queued
     # A timeout long enough for the request to reach the server on a loaded machine: one that ran out
     # on the client before the server read it would test nothing.
+    stats = sched.server.executor.stats.model("gate-1")
+    dropped = sum(stats.dropped.values())
     category, _, _ = grps.predict("gate", "late", timeout_s=1.0)
     assert category == "timeout"
-    assert sched.server.executor.stats.model("gate-1").queued > queued  # it was queued, then dropped
+    assert stats.queued > queued  # it was queued, then dropped
+    # The client's deadline and the server's end together: release the instance once the server
+    # dropped the request (its deadline, or the client's cancel over gRPC), not before.
+    deadline = time.monotonic() + 10
+    while sum(stats.dropped.values()) == dropped and time.monotonic() < deadline:
+        time.sleep(0.02)
     models().RELEASE.set()
     holder.join(10)
     assert grps.predict("gate", "after")[0] == "ok"

@@ -15,10 +15,12 @@ import traceback
 from pathlib import Path
 from typing import Any, TextIO
 
+from grps_py import event_loop
 from grps_py.codecs.grps_pb import GrpsMessageBridge
 from grps_py.core.config import ServerSettings, parse_server_settings
 from grps_py.core.errors import ConfigError, ModelLoadError
 from grps_py.core.executor import Executor
+from grps_py.core.instance_thread import busy_threads
 from grps_py.core.node import ModelNode
 from grps_py.core.warmup import Progress
 from grps_py.core.yaml_fields import read_yaml
@@ -87,7 +89,9 @@ def run_serve(args: argparse.Namespace) -> int:
     stderr naming it, without a traceback."""
     limit_malloc_arenas()
     try:
-        asyncio.run(_serve(args))
+        setup_logging(None)
+        project = project_settings(args)
+        event_loop.run(_serve(project), project.server.event_loop)
     except (ConfigError, ModelLoadError, PortInUse) as exc:
         return _fail(str(exc))
     except KeyboardInterrupt:  # before the server took over the signals
@@ -140,11 +144,11 @@ def _exit_without_stuck_threads(code: int) -> int:
     stuck = [t for t in threading.enumerate() if t is not me and not t.daemon and t.is_alive()]
     for thread in stuck:
         thread.join(STUCK_THREAD_JOIN_S / len(stuck))  # idle worker threads end at once
-    stuck = [t for t in stuck if t.is_alive()]
-    if not stuck:
+    names = [t.name for t in stuck if t.is_alive()] + busy_threads()
+    if not names:
         return code
     logging.getLogger("grps_py.server").warning(
-        "exiting with %d model thread(s) still running: %s", len(stuck), ", ".join(t.name for t in stuck)
+        "exiting with %d model thread(s) still running: %s", len(names), ", ".join(names)
     )
     logging.shutdown()
     sys.stdout.flush()
@@ -192,9 +196,7 @@ async def trim_malloc_every(period_s: float = MALLOC_TRIM_S) -> None:
         await loop.run_in_executor(None, trim, 0)  # walks the heaps: not on the event loop
 
 
-async def _serve(args: argparse.Namespace) -> None:
-    setup_logging(None)
-    project = project_settings(args)
+async def _serve(project: Project) -> None:
     check_ports(project.server)
     server = GrpsServer(project.server, project.inference)
     setup_logging(server.settings.log)

@@ -107,6 +107,8 @@ class ServerSettings:
     # Python's GIL switch interval. Model threads hand the GIL back and forth with the event loop;
     # the default 5 ms lets a busy loop hold a finished model thread back for milliseconds.
     gil_switch_interval_us: int = 500
+    # auto: uvloop when installed (less CPU per request, bench/compare.py); uvloop; asyncio
+    event_loop: str = "auto"
     source: str = "<server.yml>"
 
 
@@ -194,12 +196,14 @@ _ADDED_SERVER_KEYS = (
     "start_online",
     "shutdown_grace_s",
     "gil_switch_interval_us",
+    "event_loop",
 )  # grps-py's additions to grps's keys
 _SERVER_KEYS = ("interface", "max_connections", "max_concurrency", "gpu", "log", *_ADDED_SERVER_KEYS)
 _INTERFACE_KEYS = ("framework", "host", "port", "customized_predict_http", "max_message_bytes")
 _CUSTOM_HTTP_KEYS = ("path", "customized_body", "streaming_ctrl", "methods", "model")
 _STREAMING_KEYS = ("ctrl_mode", "ctrl_key", "res_content_type")
 _GPU_KEYS = ("devices", "mem_manager_type", "mem_limit_mib", "mem_gc_enable", "mem_gc_interval")
+_EVENT_LOOPS = ("auto", "uvloop", "asyncio")
 _LOG_KEYS = ("log_dir", "log_backup_count", "format", "level", "access")
 _LOG_FORMATS = ("text", "json")
 _LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
@@ -277,6 +281,7 @@ def parse_server_settings(data: object, source: str, project_dir: Path) -> Serve
         start_online=fields.boolean("start_online", defaults.start_online),
         shutdown_grace_s=fields.number("shutdown_grace_s", defaults.shutdown_grace_s, 0),
         gil_switch_interval_us=fields.integer("gil_switch_interval_us", defaults.gil_switch_interval_us, 1),
+        event_loop=fields.opt_text("event_loop", _EVENT_LOOPS) or defaults.event_loop,
         source=source,
     )
 

@@ -33,11 +33,11 @@ import contextvars
 import inspect
 import logging
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from grps_py.core import request_scope
 from grps_py.core.context import GrpsContext
+from grps_py.core.instance_thread import InstanceThread
 from grps_py.core.model import Converter, ModelInferer
 from grps_py.core.types import Payload
 
@@ -91,7 +91,7 @@ class ModelInstance:
         self.inferer = inferer
         self.converter = converter
         self._to_payload = to_payload
-        self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"model-{key}-{index}")
+        self.pool = InstanceThread(f"model-{key}-{index}")
         self.active = 0  # dispatched to this instance and not finished (running or next in its thread)
         self.hung = False  # running a batch past a request's deadline: it gets no new work meanwhile
         # grps's batch contract (the converter merges and splits): a batching model then runs even a

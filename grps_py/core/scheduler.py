@@ -8,9 +8,17 @@ is full, when it reaches a preferred size, or when the oldest request in it has 
 `batch_timeout_us`. A request whose time runs out while queued is answered DeadlineExceeded and
 never runs; a cancelled one just leaves the queue.
 
+An unbatched model's requests are prefetched: handed to a busy instance's thread, to run as soon as it
+is done with the one before, so the thread goes from one to the next without a round trip through the
+event loop. A model with one instance gets up to PREFETCH_ONE_INSTANCE of them (no other instance could
+take them sooner, and each round trip costs a context switch each way); a model with several gets one
+(a slow request must not hold up others that another instance could run). Requests prefetched behind
+an instance's next one count as queued (`max_queue_size`, queue depth). `max_concurrency` counts busy
+instances (one slot each, whatever is prefetched behind the running request).
+
 A request whose time runs out while it runs is answered DeadlineExceeded at its deadline too (its
 thread cannot be stopped and goes on). Its instance is then reported hung: it releases its
-`max_concurrency` slot, a request prefetched behind it goes back to the queue, and it gets no new
+`max_concurrency` slot, the requests prefetched behind it go back to the queue, and it gets no new
 work until the batch returns, so the model's other instances (and other models) keep serving.
 
 Priorities: level 1 is served first. A waiting request moves up one level per `priority_aging_us`
@@ -39,6 +47,7 @@ log = logging.getLogger("grps_py.model")
 # Held while an instance's thread starts a prefetched request, and while the loop takes one back
 # (timed out, cancelled, or moved off a hung instance): the request then runs once or not at all.
 _CLAIM = threading.Lock()
+PREFETCH_ONE_INSTANCE = 16
 
 
 class ConcurrencyLimit:
@@ -93,7 +102,7 @@ class Dispatch:
     instance: ModelInstance
     items: list[QueueItem]
     started_at: float | None  # time.monotonic() when it began to run; None while prefetched
-    holds_slot: bool = True  # one of the server's max_concurrency slots
+    holds_slot: bool = True  # its instance's max_concurrency slot (the first one an idle instance ran)
     hung: bool = False  # ran past a request's deadline
 
     def running_s(self) -> float:
@@ -117,12 +126,13 @@ class ModelScheduler:
         self._preferred = set(batching.preferred_batch_size)
         self._timeout_s = batching.batch_timeout_us / 1e6
         self._aging_s = settings.priority_aging_us / 1e6
-        # Unbatched sync models with one priority level get the next request handed to their thread
-        # while one runs: the thread goes from one to the next without a round trip through the
-        # event loop (a thread hand-off costs 100-300 us of CPU on small VMs). A batched model waits
-        # so batches fill, and with priorities the next request is chosen only when a thread is free.
-        prefetch = not self.batching and settings.priority_levels == 1
-        self._depth = 2 if prefetch and not any(i.is_async for i in instances) else 1
+        # Prefetching (see the module's docstring) is for unbatched sync models with one priority level:
+        # a batched model waits so batches fill, and with priorities the next request is chosen only
+        # when a thread is free.
+        prefetch = (
+            not self.batching and settings.priority_levels == 1 and not any(i.is_async for i in instances)
+        )
+        self._depth = 1 + (PREFETCH_ONE_INSTANCE if len(instances) == 1 else 1) * prefetch
         self._default_timeout_s = settings.default_timeout_us / 1e6 or None
         self._limit = limit
         self._observer = observer
@@ -134,7 +144,10 @@ class ModelScheduler:
 
     @property
     def depth(self) -> int:
-        return len(self._pending)
+        """Requests waiting: in the queue, or prefetched behind an instance's next one (which, as with
+        several instances, is not counted: it is as good as running)."""
+        deep = sum(instance.active - 2 for instance in self.instances if instance.active > 2)
+        return len(self._pending) + deep
 
     # -- admission -----------------------------------------------------------------------------
     async def submit(self, inp: Any, ctx: GrpsContext, rows: int, key: Hashable) -> Any:
@@ -145,7 +158,7 @@ class ModelScheduler:
             raise InvalidInput(
                 f"the request has {rows} rows; model '{self.key}' takes at most {self.max_rows}"
             )
-        if len(self._pending) >= self.settings.batching.max_queue_size:
+        if self.depth >= self.settings.batching.max_queue_size:
             self._observer.dropped(self.key, QUEUE_FULL, self.depth)
             raise Overloaded(f"model '{self.key}' queue is full ({self.depth} requests waiting); retry later")
         remaining = ctx.time_remaining()
@@ -157,7 +170,7 @@ class ModelScheduler:
         if remaining is not None:
             item.timer = loop.call_later(remaining, self._expire, item)
         instance = self._free_instance()
-        if not self.batching and not self._pending and instance is not None and self._limit.available():
+        if not self.batching and not self._pending and instance is not None and self._may_start(instance):
             self._start(instance, [item], item.enqueued)  # nothing to choose from: skip the dispatcher
         else:
             self._pending.append(item)
@@ -271,7 +284,7 @@ class ModelScheduler:
             instance = self._free_instance()
             if instance is None:
                 return None  # the instance that frees up wakes this scheduler
-            if not self._limit.available():
+            if not self._may_start(instance):
                 self._limit.wait(self._wake.set)
                 return None
             now = loop.time()
@@ -282,6 +295,10 @@ class ModelScheduler:
                 self._remove(item)
             self._start(instance, batch, now)
         return None
+
+    def _may_start(self, instance: ModelInstance) -> bool:
+        """A busy instance holds its slot already; an idle one needs a free one."""
+        return instance.active > 0 or self._limit.available()
 
     def _free_instance(self) -> ModelInstance | None:
         """The least busy instance that is not hung, when it can take a batch now."""
@@ -294,15 +311,34 @@ class ModelScheduler:
     def _start(self, instance: ModelInstance, batch: list[QueueItem], now: float) -> None:
         """Hand a batch (out of the queue) to an instance. On a busy instance's thread it is prefetched:
         it starts when the thread is done with the running one."""
-        dispatch = Dispatch(instance, batch, None if instance.active > 0 else time.monotonic())
+        idle = instance.active == 0
+        dispatch = Dispatch(instance, batch, time.monotonic() if idle else None, holds_slot=idle)
         for item in batch:
             item.run = dispatch
         instance.active += 1
-        self._limit.acquire()
+        if idle:
+            self._limit.acquire()
         self._dispatched.append(dispatch)
-        task = asyncio.get_running_loop().create_task(self._run(dispatch, now))
+        loop = asyncio.get_running_loop()
+        if len(batch) == 1 and not instance.is_async and not (self.batching and instance.batches_whole):
+            self._run_in_thread(loop, dispatch, now)
+            return
+        task = loop.create_task(self._run(dispatch, now))
         self._running.add(task)  # the loop keeps only weak references to tasks
         task.add_done_callback(self._running.discard)
+
+    def _run_in_thread(self, loop: asyncio.AbstractEventLoop, dispatch: Dispatch, started: float) -> None:
+        """One request on its instance's thread, its outcome handed back to the loop by a callback: the
+        hot path of an unbatched model, without a task or a future of its own."""
+
+        def ran(outcome: Outcome) -> None:  # on the loop
+            request_scope.enter(batch_scope(dispatch.items))  # this callback's own context
+            self._complete(dispatch, started, [outcome])
+
+        try:
+            dispatch.instance.pool.call(loop, _run_one, dispatch, ran)
+        except RuntimeError as exc:  # the instance's thread is gone (shutdown)
+            self._complete(dispatch, started, [(None, exc)])
 
     def _effective_level(self, item: QueueItem, now: float) -> int:
         return item.level - int((now - item.enqueued) / self._aging_s)
@@ -343,11 +379,16 @@ class ModelScheduler:
             raise
         except Exception as exc:  # the instance's thread pool is gone (shutdown)
             outcomes = [(None, exc)] * len(batch)
+        self._complete(dispatch, started, outcomes)
+
+    def _complete(self, dispatch: Dispatch, started: float, outcomes: list[Outcome]) -> None:
+        """The instance is done with a dispatch: answer the requests that ran in it."""
         self._returned(dispatch)
+        batch = dispatch.items
         ran = [(item, outcome) for item, outcome in zip(batch, outcomes, strict=True) if item.run is dispatch]
         if not ran:
             return  # everything in it was taken back before it started
-        compute_s = loop.time() - started
+        compute_s = asyncio.get_running_loop().time() - started
         queue_s = [started - item.enqueued for item, _ in ran]
         self._observer.batch_ran(self.key, sum(item.rows for item, _ in ran), queue_s, compute_s, self.depth)
         for item, (out, err) in ran:
@@ -367,6 +408,9 @@ class ModelScheduler:
         instance = dispatch.instance
         instance.active -= 1
         self._dispatched.remove(dispatch)
+        successor = next((d for d in self._dispatched if d.instance is instance), None) if came_back else None
+        if dispatch.holds_slot and successor is not None and not instance.hung:
+            dispatch.holds_slot, successor.holds_slot = False, True  # the instance stays busy
         self._release_slot(dispatch)
         if dispatch.hung and came_back:
             instance.hung = False
@@ -378,7 +422,8 @@ class ModelScheduler:
                 running_s,
             )
             self._observer.instance_recovered(self.key, instance.index, running_s)
-        self._wake.set()  # this model's next batch can use the freed instance
+        if self._pending:
+            self._wake.set()  # this model's next batch can use the freed instance
 
     async def _execute(self, loop: asyncio.AbstractEventLoop, dispatch: Dispatch) -> list[Outcome]:
         instance, items = dispatch.instance, dispatch.items
@@ -388,8 +433,6 @@ class ModelScheduler:
                 return [(await instance.run_async(inps[0], ctxs[0]), None)]
             except Exception as exc:
                 return [(None, exc)]
-        if len(inps) == 1 and not (self.batching and instance.batches_whole):
-            return [await loop.run_in_executor(instance.pool, _run_one, dispatch)]
         return await loop.run_in_executor(instance.pool, instance.run_batch, inps, ctxs)
 
     def abort(self, make_error: Callable[[], BaseException]) -> None:
@@ -444,5 +487,7 @@ def _run_one(dispatch: Dispatch) -> Outcome:
         return dispatch.instance.run_one(item.inp, item.ctx), None
     except Exception as exc:
         return None, exc
+    except BaseException as exc:  # SystemExit and the like: the model's failure, not the thread's end
+        return None, RuntimeError(f"the model raised {type(exc).__name__}: {exc}")
     finally:
         request_scope.leave(token)

@@ -55,6 +55,9 @@ def route_table(executor: Executor, settings: ServerSettings) -> list[Route]:
     builtin = grps_routes(executor, settings) + oip_routes(executor) + monitor_routes(executor)
     custom = custom_routes(executor, settings)
     _refuse_collisions(settings, builtin)
+    # Tornado tries the patterns in order: inference routes first, so a predict or infer request is
+    # matched after a few patterns rather than after every health and metadata one.
+    builtin.sort(key=lambda route: not getattr(route[1], "inference", False))
     return custom + builtin
 
 
