@@ -74,22 +74,51 @@ class RawHttp:
         self._all: list[asyncio.StreamWriter] = []
 
     async def send(self) -> bytes:
-        """One request on a free connection (a new one when all are busy); the response body."""
-        if self._idle.empty():
-            reader, writer = await asyncio.open_connection(self.host, self.port)
-            self._all.append(writer)
+        """One request on a free connection (a new one when all are busy); the response body. A kept-alive
+        connection the server closed meanwhile (an idle timeout between runs) is replaced, once."""
+        fresh = self._idle.empty()
+        if fresh:
+            reader, writer = await self._connect()
         else:
             reader, writer = self._idle.get_nowait()
         writer.write(self.request)
-        head = await reader.readuntil(b"\r\n\r\n")
+        try:
+            head = await reader.readuntil(b"\r\n\r\n")
+        except (asyncio.IncompleteReadError, ConnectionError):
+            writer.close()
+            if fresh:
+                raise
+            reader, writer = await self._connect()
+            writer.write(self.request)
+            head = await reader.readuntil(b"\r\n\r\n")
         status = head[9:12]
+        lowered = head.lower()
         # the line's own start, so Inference-Header-Content-Length does not match
-        length = int(head.lower().split(b"\r\ncontent-length:", 1)[1].split(b"\r\n", 1)[0])
-        body = await reader.readexactly(length)
+        if b"\r\ncontent-length:" in lowered:
+            length = int(lowered.split(b"\r\ncontent-length:", 1)[1].split(b"\r\n", 1)[0])
+            body = await reader.readexactly(length)
+        else:  # chunked (uvicorn answers so when the app does not set a length)
+            body = await self._read_chunks(reader)
         self._idle.put_nowait((reader, writer))
         if status != b"200":
             raise RuntimeError(f"HTTP {status.decode()}: {body[:200]!r}")
         return body
+
+    async def _connect(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        reader, writer = await asyncio.open_connection(self.host, self.port)
+        self._all.append(writer)
+        return reader, writer
+
+    @staticmethod
+    async def _read_chunks(reader: asyncio.StreamReader) -> bytes:
+        chunks = []
+        while True:
+            size = int((await reader.readuntil(b"\r\n")).split(b";", 1)[0], 16)
+            if size == 0:
+                await reader.readuntil(b"\r\n")  # no trailers are expected: the blank line
+                return b"".join(chunks)
+            chunks.append(await reader.readexactly(size))
+            await reader.readexactly(2)
 
     async def close(self) -> None:
         for writer in self._all:

@@ -12,7 +12,7 @@ import logging
 from grps_py.core.config import LogSettings
 from grps_py.core.executor import Executor
 from grps_py.core.telemetry import RequestRecord
-from grps_py.logs import ACCESS_LOGGER
+from grps_py.logs import ACCESS_LOGGER, write_access_line
 
 LINE = "%s %s model=%s status=%d %.2fms in=%d out=%d"
 
@@ -52,17 +52,8 @@ class AccessLog:
             record.bytes_in,
             record.bytes_out,
         )
-        extra = {"request_id": record.request_id, "fields": fields}
-        line, line_args = (
-            (LINE, args) if record.reason is None else (LINE + " reason=%s", (*args, record.reason))
-        )
-        # The record is made directly: where in this file it was logged from is of no interest, and
-        # looking it up (as logger.info does) is a good part of the cost of a line.
-        self.logger.handle(
-            self.logger.makeRecord(
-                self.logger.name, logging.INFO, __file__, 0, line, line_args, None, extra=extra
-            )
-        )
+        message = LINE % args if record.reason is None else f"{LINE % args} reason={record.reason}"
+        write_access_line(self.logger, record.request_id, message, fields)
 
 
 def install_access_log(executor: Executor, settings: LogSettings) -> AccessLog | None:

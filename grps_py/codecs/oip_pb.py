@@ -23,6 +23,7 @@ from google.protobuf import json_format
 
 from grps_py.codecs.limits import DEFAULT_LIMITS, ElementBudget, check_strings, check_tensors
 from grps_py.codecs.oip_binary import reshape, tensor_from_bytes, tensor_to_bytes
+from grps_py.codecs.pb_wire import SerializedWithRaw
 from grps_py.core.catalog import ModelEntry
 from grps_py.core.datatypes import BYTES, DATATYPE_NAMES, OIP_DTYPES, datatype_of
 from grps_py.core.errors import InvalidInput, ModelError, Unsupported
@@ -34,6 +35,7 @@ from grps_py.protos import open_inference_pb2 as pb
 
 __all__ = [
     "decode_infer_request",
+    "encode_infer_reply",
     "encode_infer_response",
     "encode_model_config",
     "encode_model_metadata",
@@ -45,6 +47,7 @@ Array = np.ndarray[Any, Any]
 _INT64_LIMIT = 2**63
 _UINT64_LIMIT = 2**64
 _SHARED_MEMORY = "shared_memory_region"
+_RAW_OUTPUT_CONTENTS = pb.ModelInferResponse.DESCRIPTOR.fields_by_name["raw_output_contents"].number
 _DATATYPES = ", ".join(DATATYPE_NAMES)
 # The typed contents field of each datatype; FP16 and BF16 have none and travel only raw.
 _CONTENTS_FIELD: dict[str, str] = {
@@ -239,6 +242,19 @@ def encode_infer_response(
     An output or parameter the protocol cannot carry is the model's fault: `ModelError`.
     """
     reply = pb.ModelInferResponse() if reply is None else reply
+    for buffer in _encode_head(resp, reply):
+        reply.raw_output_contents.append(bytes(buffer))  # protobuf takes bytes only
+    return reply
+
+
+def encode_infer_reply(resp: OipResponse) -> SerializedWithRaw:
+    """`encode_infer_response`, serialized with the output bytes written once, straight from the arrays."""
+    reply = pb.ModelInferResponse()
+    return SerializedWithRaw(reply, _RAW_OUTPUT_CONTENTS, _encode_head(resp, reply))
+
+
+def _encode_head(resp: OipResponse, reply: pb.ModelInferResponse) -> list[bytes | memoryview]:
+    """Everything but the output bytes into `reply`; the output bytes, in order."""
     reply.model_name = resp.model_name
     reply.model_version = resp.model_version
     reply.id = resp.id
@@ -246,14 +262,15 @@ def encode_infer_response(
         set_parameters(reply.parameters, resp.parameters)
     except (TypeError, ValueError) as exc:
         raise ModelError(f"the model returned an invalid response parameter: {exc}") from exc
+    buffers = []
     for tensor in resp.outputs:
         array = tensor.array
         datatype = datatype_of(array.dtype)
         if datatype is None:
             raise ModelError(f"output '{tensor.name}' has numpy dtype {array.dtype}, which OIP cannot carry")
         reply.outputs.add(name=tensor.name, datatype=datatype, shape=array.shape)
-        reply.raw_output_contents.append(bytes(tensor_to_bytes(array, datatype)))  # protobuf takes bytes only
-    return reply
+        buffers.append(tensor_to_bytes(array, datatype))
+    return buffers
 
 
 # --- metadata and config -----------------------------------------------------------------------

@@ -31,6 +31,7 @@ from google.protobuf.descriptor import ServiceDescriptor
 from google.protobuf.message import DecodeError
 
 from grps_py import status
+from grps_py.codecs.pb_wire import WithRawField, split_field
 from grps_py.core import errors, request_scope, telemetry
 from grps_py.core.errors import GrpsError, InvalidInput, ModelError
 from grps_py.core.executor import Executor
@@ -73,10 +74,15 @@ class RpcInfo:
     admin: bool
     protocol: str
     client_streaming: bool
+    raw_field: str = ""  # a repeated bytes field kept out of the parsed message (codecs/pb_wire.py)
 
     def parse(self, raw: bytes) -> Any:
         try:
-            return self.request_class.FromString(raw)
+            if not self.raw_field:
+                return self.request_class.FromString(raw)
+            number = self.request_class.DESCRIPTOR.fields_by_name[self.raw_field].number
+            rest, values = split_field(raw, number)
+            return WithRawField(self.request_class.FromString(rest), self.raw_field, values)
         except DecodeError:
             raise InvalidInput(
                 f"the {self.name} request is not a valid {self.request_class.DESCRIPTOR.full_name} message"
@@ -96,6 +102,7 @@ def _rpc_info(service_class: type, name: str) -> RpcInfo:
         admin=name in service_class.ADMIN_RPCS,  # type: ignore[attr-defined]
         protocol=service_class.PROTOCOL if inference else "grpc",  # type: ignore[attr-defined]
         client_streaming=method.client_streaming,
+        raw_field=getattr(service_class, "RAW_BYTES_FIELDS", {}).get(name, ""),
     )
 
 

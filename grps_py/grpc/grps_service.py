@@ -8,15 +8,17 @@ from typing import TypeAlias
 import grpc
 
 from grps_py.codecs import grps_pb
+from grps_py.codecs.pb_wire import SerializedWithRaw
 from grps_py.core.context import GrpsContext
 from grps_py.core.executor import Executor
 from grps_py.core.telemetry import GRPS_GRPC
-from grps_py.core.types import InferRequest
+from grps_py.core.types import InferRequest, PayloadKind
 from grps_py.grpc.boundary import priority_of, rpc_boundary
 from grps_py.http.auth import AccessGuard
 from grps_py.protos import grps_pb2
 
 Msg = grps_pb2.GrpsMessage
+_BIN_DATA = Msg.DESCRIPTOR.fields_by_name["bin_data"].number
 Ctx: TypeAlias = grpc.aio.ServicerContext
 
 
@@ -58,9 +60,12 @@ class GrpsService:
         return InferRequest(payload, ctx, message.model, rid, self.PROTOCOL)
 
     @rpc_boundary
-    async def Predict(self, request: Msg, context: Ctx, rid: str) -> Msg:
+    async def Predict(self, request: Msg, context: Ctx, rid: str) -> Msg | SerializedWithRaw:
         response = await self.executor.infer(self._request(request, context, rid, streaming=False))
-        return _ok(grps_pb.payload_to_message(response.payload, Msg()))
+        payload = response.payload
+        if payload.kind is PayloadKind.BYTES:  # appended to the reply as it is, not copied into it
+            return SerializedWithRaw(_ok(), _BIN_DATA, [payload.value])
+        return _ok(grps_pb.payload_to_message(payload, Msg()))
 
     @rpc_boundary
     async def PredictStreaming(self, request: Msg, context: Ctx, rid: str) -> AsyncIterator[Msg]:

@@ -12,6 +12,7 @@ import grpc
 
 from grps_py import status
 from grps_py.codecs import oip_pb
+from grps_py.codecs.pb_wire import SerializedWithRaw
 from grps_py.core import request_scope
 from grps_py.core.context import GrpsContext
 from grps_py.core.dataplane import OipDataplane
@@ -34,6 +35,8 @@ class OipService:
     SERVICE = pb.DESCRIPTOR.services_by_name["GRPCInferenceService"]
     PROTOCOL = OIP_GRPC
     INFERENCE_RPCS = frozenset({"ModelInfer", "ModelStreamInfer"})
+    # Tensor bytes stay views into the received request (codecs/pb_wire.py): no copy on the way in.
+    RAW_BYTES_FIELDS = {"ModelInfer": "raw_input_contents", "ModelStreamInfer": "raw_input_contents"}
     ADMIN_RPCS: frozenset[str] = frozenset()
 
     def __init__(self, executor: Executor, guard: AccessGuard | None = None) -> None:
@@ -82,9 +85,7 @@ class OipService:
         return oip_pb.encode_model_config(self.dataplane.model_config(request.name, request.version))
 
     @rpc_boundary
-    async def ModelInfer(
-        self, request: pb.ModelInferRequest, context: Ctx, rid: str
-    ) -> pb.ModelInferResponse:
+    async def ModelInfer(self, request: pb.ModelInferRequest, context: Ctx, rid: str) -> SerializedWithRaw:
         oip_request = oip_pb.decode_infer_request(request, self.executor.server_settings.limits)
         ctx = self.dataplane.context(oip_request, rid, context.time_remaining())
         try:
@@ -92,7 +93,7 @@ class OipService:
         except asyncio.CancelledError:
             ctx.cancel()  # the client cancelled: the model sees if_disconnected()
             raise
-        return oip_pb.encode_infer_response(response)
+        return oip_pb.encode_infer_reply(response)
 
     @rpc_boundary
     async def ModelStreamInfer(
