@@ -26,6 +26,7 @@ from grps_py.codecs.limits import (
     check_strings,
     check_tensors,
 )
+from grps_py.codecs.pb_wire import encode_varint, split_field
 from grps_py.core.errors import InvalidInput, ModelError
 from grps_py.core.protection import LimitsSettings
 from grps_py.core.types import (
@@ -195,42 +196,8 @@ def _packed_field_bytes(tensor: grps_pb2.GenericTensor, field_number: int) -> by
 
     Why: serializing is a memcpy in upb, whereas iterating the field makes one Python object per value.
     """
-    data = tensor.SerializeToString()
-    chunks: list[bytes] = []
-    pos = 0
-    while pos < len(data):
-        key, pos = _read_varint(data, pos)
-        number, wire_type = key >> 3, key & 7
-        if wire_type == _LENGTH_DELIMITED:
-            length, pos = _read_varint(data, pos)
-            if number == field_number:
-                chunks.append(data[pos : pos + length])
-            pos += length
-        elif wire_type == 0:
-            _, pos = _read_varint(data, pos)
-        else:  # fixed64 (1) or fixed32 (5); groups do not occur in proto3
-            pos += 8 if wire_type == 1 else 4
-    return b"".join(chunks)
-
-
-def _read_varint(data: bytes, pos: int) -> tuple[int, int]:
-    value = shift = 0
-    while True:
-        byte = data[pos]
-        pos += 1
-        value |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return value, pos
-        shift += 7
-
-
-def _encode_varint(value: int) -> bytes:
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
+    _, values = split_field(tensor.SerializeToString(), field_number)
+    return b"".join(values)
 
 
 # --- Payload -> GrpsMessage --------------------------------------------------------------------
@@ -307,8 +274,8 @@ def _write_tensor(tensor: Tensor, out: grps_pb2.GenericTensor) -> None:
 def _merge_packed(out: grps_pb2.GenericTensor, field_number: int, raw: bytes) -> None:
     """Append raw little-endian values to a packed field by parsing them as wire bytes (no per-value work)."""
     if raw:
-        key = _encode_varint(field_number << 3 | _LENGTH_DELIMITED)
-        out.MergeFromString(key + _encode_varint(len(raw)) + raw)
+        key = encode_varint(field_number << 3 | _LENGTH_DELIMITED)
+        out.MergeFromString(key + encode_varint(len(raw)) + raw)
 
 
 _WRITERS: dict[PayloadKind, Callable[[Any, grps_pb2.GrpsMessage], None]] = {

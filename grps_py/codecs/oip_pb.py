@@ -23,7 +23,7 @@ from google.protobuf import json_format
 
 from grps_py.codecs.limits import DEFAULT_LIMITS, ElementBudget, check_strings, check_tensors
 from grps_py.codecs.oip_binary import reshape, tensor_from_bytes, tensor_to_bytes
-from grps_py.codecs.pb_wire import SerializedWithRaw
+from grps_py.codecs.pb_wire import SerializedWithRaw, encode_varint
 from grps_py.core.catalog import ModelEntry
 from grps_py.core.datatypes import BYTES, DATATYPE_NAMES, OIP_DTYPES, datatype_of
 from grps_py.core.errors import InvalidInput, ModelError, Unsupported
@@ -203,19 +203,10 @@ def _packed_run(contents: pb.InferTensorContents, field: str, count: int, values
     data = contents.SerializeToString()
     size = count * wire.itemsize
     number = pb.InferTensorContents.DESCRIPTOR.fields_by_name[field].number
-    header = _varint(number << 3 | 2) + _varint(size)  # wire type 2: length-delimited
+    header = encode_varint(number << 3 | 2) + encode_varint(size)  # wire type 2: length-delimited
     if len(data) == len(header) + size and data.startswith(header):
         return np.frombuffer(data, wire, count=count, offset=len(header))
     return np.fromiter(values, wire, count=count)  # not one packed run: read it the slow, sure way
-
-
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while value >= 0x80:
-        out.append(value & 0x7F | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
 
 
 def _narrow(wide: Array, dtype: np.dtype[Any], datatype: str, label: str) -> Array:
