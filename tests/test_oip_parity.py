@@ -62,6 +62,16 @@ def test_every_datatype_round_trips(oip: OipClient, datatype: str, model: str) -
     assert same(answer.outputs["x"], array)
 
 
+@pytest.mark.parametrize("model", ["identity", "identity_torch"])
+def test_large_tensors_round_trip(oip: OipClient, model: str) -> None:
+    """Over 64 KiB a gRPC request's tensor bytes are cut out of the message rather than parsed into it,
+    and the reply's appended to its serialization (codecs/pb_wire.py): two inputs, 4 MB and 256 KiB."""
+    big = np.arange(1 << 20, dtype=np.float32).reshape(1, -1)
+    other = np.arange(1 << 16, dtype=np.int32).reshape(2, -1)
+    answer = oip.infer(model, {"x": big, "y": other}, outputs=["x", "y"])
+    assert same(answer.outputs["x"], big) and same(answer.outputs["y"], other)
+
+
 def test_several_inputs_and_a_requested_subset(oip: OipClient) -> None:
     a, b = np.arange(6, dtype=np.float32).reshape(2, 3), np.array([7, 8], np.int64)
     everything = oip.infer("identity", {"a": a, "b": b})

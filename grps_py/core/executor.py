@@ -181,8 +181,17 @@ class Executor:
 
     async def infer(self, request: InferRequest) -> InferResponse:
         target = self.resolve(request.model)
-        async with self._admitted():
+        # _admitted() written out: the hot path, and a generator-based context manager costs a few calls
+        if not self._loaded:
+            raise ModelNotReady("models are still loading")
+        self._in_flight += 1
+        self._idle.clear()
+        try:
             payload = await target.run(request.payload, request.context)
+        finally:
+            self._in_flight -= 1
+            if self._in_flight == 0:
+                self._idle.set()
         return InferResponse(payload, model=request.model)
 
     async def infer_stream(self, request: InferRequest) -> AsyncIterator[InferResponse]:

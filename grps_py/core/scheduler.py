@@ -146,8 +146,11 @@ class ModelScheduler:
     def depth(self) -> int:
         """Requests waiting: in the queue, or prefetched behind an instance's next one (which, as with
         several instances, is not counted: it is as good as running)."""
-        deep = sum(instance.active - 2 for instance in self.instances if instance.active > 2)
-        return len(self._pending) + deep
+        waiting = len(self._pending)
+        for instance in self.instances:  # a loop, not sum(): this runs twice per request
+            if instance.active > 2:
+                waiting += instance.active - 2
+        return waiting
 
     # -- admission -----------------------------------------------------------------------------
     async def submit(self, inp: Any, ctx: GrpsContext, rows: int, key: Hashable) -> Any:
@@ -408,9 +411,11 @@ class ModelScheduler:
         instance = dispatch.instance
         instance.active -= 1
         self._dispatched.remove(dispatch)
-        successor = next((d for d in self._dispatched if d.instance is instance), None) if came_back else None
-        if dispatch.holds_slot and successor is not None and not instance.hung:
-            dispatch.holds_slot, successor.holds_slot = False, True  # the instance stays busy
+        if dispatch.holds_slot and came_back and not instance.hung:
+            for successor in self._dispatched:
+                if successor.instance is instance:
+                    dispatch.holds_slot, successor.holds_slot = False, True  # the instance stays busy
+                    break
         self._release_slot(dispatch)
         if dispatch.hung and came_back:
             instance.hung = False

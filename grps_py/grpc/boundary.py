@@ -65,6 +65,10 @@ class Service(Protocol):
         """An id the inference request carries in its body (OIP `id`), or ""."""
 
 
+# Below this, a message is parsed whole: copying its bytes costs less than finding them in Python.
+RAW_FIELD_MIN_BYTES = 64 << 10
+
+
 @dataclass(frozen=True)
 class RpcInfo:
     name: str
@@ -78,7 +82,7 @@ class RpcInfo:
 
     def parse(self, raw: bytes) -> Any:
         try:
-            if not self.raw_field:
+            if not self.raw_field or len(raw) < RAW_FIELD_MIN_BYTES:
                 return self.request_class.FromString(raw)
             number = self.request_class.DESCRIPTOR.fields_by_name[self.raw_field].number
             rest, values = split_field(raw, number)

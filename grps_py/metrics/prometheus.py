@@ -2,6 +2,7 @@
 
 `labels(...)` hashes and validates its arguments on every call; a request instead finds its children
 with two dict lookups (model key, then protocol), so the hot path never formats or validates labels.
+The two gauges every request moves (in flight, queue depth) are plain integers, read when scraped.
 """
 
 from __future__ import annotations
@@ -150,8 +151,10 @@ class ModelMetrics:
         self.queue = families.queue.labels(*labels)
         self.compute = families.compute.labels(*labels)
         self.batch = families.batch.labels(*labels)
-        self.inflight = families.inflight.labels(*labels)
-        self.depth = families.depth.labels(*labels)
+        self.inflight = 0  # requests in flight, and waiting in the queue: grps_inflight_requests and
+        self.depth = 0  # grps_queue_depth read them when scraped, rather than be set per request
+        families.inflight.labels(*labels).set_function(lambda: self.inflight)
+        families.depth.labels(*labels).set_function(lambda: self.depth)
         self.gpu_oom = families.gpu_oom.labels(*labels)
         self.hung = families.hung.labels(*labels)
         self.hangs = families.hangs.labels(*labels)

@@ -111,12 +111,12 @@ class ServerMetrics:
 
     # -- SchedulerObserver ---------------------------------------------------------------------
     def queued(self, model: str, depth: int) -> None:
-        self._model(model).depth.set(depth)
+        self._model(model).depth = depth
 
     def dropped(self, model: str, reason: str, depth: int) -> None:
         children = self._model(model)
         children.rejection(reason).inc()
-        children.depth.set(depth)
+        children.depth = depth
 
     def batch_ran(self, model: str, rows: int, queue_s: list[float], compute_s: float, depth: int) -> None:
         children = self._model(model)
@@ -125,7 +125,7 @@ class ServerMetrics:
         observe = children.queue.observe
         for wait in queue_s:
             observe(wait)
-        children.depth.set(depth)
+        children.depth = depth
         overall, scope = self._buckets(model)
         overall.add_batch(rows, queue_s)
         if scope is not None:
@@ -133,13 +133,13 @@ class ServerMetrics:
 
     # -- RequestObserver -----------------------------------------------------------------------
     def request_started(self, protocol: str, model: str) -> None:
-        self._model(model).inflight.inc()
+        self._model(model).inflight += 1
 
     def request_finished(self, record: RequestRecord) -> None:
         if not record.inference:
             return
         children = self._model(record.model)
-        children.inflight.dec()
+        children.inflight -= 1
         by_protocol = children.protocol(record.protocol)
         reason = record.reason
         if reason is None:
