@@ -164,6 +164,8 @@ class ModelScheduler:
         if self.depth >= self.settings.batching.max_queue_size:
             self._observer.dropped(self.key, QUEUE_FULL, self.depth)
             raise Overloaded(f"model '{self.key}' queue is full ({self.depth} requests waiting); retry later")
+        if ctx.if_disconnected():  # a DAG's later node, after the client went away
+            raise asyncio.CancelledError
         remaining = ctx.time_remaining()
         if remaining is None:
             remaining = self._default_timeout_s
@@ -172,6 +174,9 @@ class ModelScheduler:
         item = QueueItem(inp, ctx, rows, key, self._level(ctx), loop.time(), loop.create_future(), remaining)
         if remaining is not None:
             item.timer = loop.call_later(remaining, self._expire, item)
+        # The client going away ends the wait (below): the request leaves the queue, or is taken back from
+        # a thread that has not started it. The transports need no task of their own to cancel.
+        ctx.on_cancel(item.future.cancel)
         instance = self._free_instance()
         if not self.batching and not self._pending and instance is not None and self._may_start(instance):
             self._start(instance, [item], item.enqueued)  # nothing to choose from: skip the dispatcher

@@ -156,11 +156,9 @@ class InferBase(OipHandler):
     async def run(self, model: str, version: str | None, request: OipRequest) -> OipResponse | None:
         """The response, or None when the client went away first."""
         ctx = self.context(request)
-        task = asyncio.ensure_future(self.dataplane.infer(model, version or "", request, ctx))
-        ctx.on_cancel(task.cancel)
         try:
-            return await task
-        except asyncio.CancelledError:
+            return await self.dataplane.infer(model, version or "", request, ctx)
+        except asyncio.CancelledError:  # the context's cancel ended the model's wait (scheduler.py)
             return None
 
     def send(self, body: bytes, content_type: str) -> None:

@@ -79,11 +79,9 @@ class PredictBase(BaseHandler):
     async def run_unary(self, request: InferRequest) -> InferResponse | None:
         """The response, or None when the client went away first."""
         self._request = request
-        task = asyncio.ensure_future(self.executor.infer(request))
-        request.context.on_cancel(task.cancel)
         try:
-            return await task
-        except asyncio.CancelledError:
+            return await self.executor.infer(request)
+        except asyncio.CancelledError:  # the context's cancel ended the model's wait (scheduler.py)
             return None
 
     async def run_streaming(

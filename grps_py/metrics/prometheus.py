@@ -7,9 +7,10 @@ The two gauges every request moves (in flight, queue depth) are plain integers, 
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from grps_py.core import telemetry
+from grps_py.metrics.fast_histogram import HistogramFamily
 
 # Seconds, 0.5 ms .. 60 s: covers a fast ONNX model and a slow generation alike.
 DURATION_BUCKETS = (
@@ -47,30 +48,28 @@ class Families:
             (*mvp, "outcome", "reason"),
             registry=registry,
         )
-        self.duration = Histogram(
+        self.duration = HistogramFamily(
             "grps_request_duration_seconds",
             "Inference request latency, arrival to answer.",
             mvp,
-            buckets=DURATION_BUCKETS,
-            registry=registry,
+            DURATION_BUCKETS,
+            registry,
         )
-        self.queue = Histogram(
+        self.queue = HistogramFamily(
             "grps_queue_duration_seconds",
             "Time a request waited in its model's queue before its batch ran.",
             mv,
-            buckets=DURATION_BUCKETS,
-            registry=registry,
+            DURATION_BUCKETS,
+            registry,
         )
-        self.compute = Histogram(
+        self.compute = HistogramFamily(
             "grps_compute_duration_seconds",
             "Compute time of one batch (or one unbatched request).",
             mv,
-            buckets=DURATION_BUCKETS,
-            registry=registry,
+            DURATION_BUCKETS,
+            registry,
         )
-        self.batch = Histogram(
-            "grps_batch_size", "Rows per batch run.", mv, buckets=BATCH_BUCKETS, registry=registry
-        )
+        self.batch = HistogramFamily("grps_batch_size", "Rows per batch run.", mv, BATCH_BUCKETS, registry)
         self.inflight = Gauge(
             "grps_inflight_requests", "Inference requests being served.", mv, registry=registry
         )
@@ -86,12 +85,12 @@ class Families:
         self.streamed = Counter(
             "grps_streamed_messages", "Streamed response messages sent.", mvp, registry=registry
         )
-        self.first_message = Histogram(
+        self.first_message = HistogramFamily(
             "grps_time_to_first_message_seconds",
             "Time from a streaming request's start to its first message.",
             mvp,
-            buckets=DURATION_BUCKETS,
-            registry=registry,
+            DURATION_BUCKETS,
+            registry,
         )
         self.gpu_oom = Counter("grps_gpu_oom", "GPU out-of-memory errors.", mv, registry=registry)
         self.hung = Gauge(
