@@ -340,7 +340,18 @@ SERVER_ERRORS = [
     pytest.param("shutdown_grace_s", -0.5, "shutdown_grace_s", "-0.5", id="negative-grace"),
     pytest.param("shutdown_grace_s", False, "shutdown_grace_s", "False", id="bool-as-number"),
     pytest.param("gil_switch_interval_us", 0, "gil_switch_interval_us", "0", id="gil-interval-0"),
+    pytest.param("event_loop", "trio", "event_loop", "'trio'", id="unknown-event-loop"),
 ]
+
+
+@pytest.mark.parametrize("kind", ["auto", "uvloop", "asyncio"])
+def test_event_loop_kinds(kind: str, project: Path) -> None:
+    path = _write(project, "server.yml", f"event_loop: {kind}\n")
+    assert load_server_settings(path, project).event_loop == kind
+
+
+def test_event_loop_defaults_to_auto(project: Path) -> None:
+    assert load_server_settings(_write(project, "server.yml", "{}\n"), project).event_loop == "auto"
 
 
 @pytest.mark.parametrize(("where", "value", "key", "shown"), SERVER_ERRORS)
