@@ -444,9 +444,51 @@ def report(servers: list[Server], results: Results, args: argparse.Namespace) ->
         for conc in args.concurrency:
             ratio = fmt_ratio(results.median(grps_case, GRPS, conc), results.median(oip_case, GRPS, conc))
             lines.append(f"| {grps_case} | {oip_case} | {conc} | {ratio} |")
+    lines += ["", *targets(results, args)]
     for name, why in results.skipped.items():
         lines.append(f"\n{name}: not measured ({why})")
     return "\n".join(lines)
+
+
+def targets(results: Results, args: argparse.Namespace) -> list[str]:
+    """The performance issue's goals at concurrency 8, each with this run's figure and whether it held."""
+    conc = 8 if 8 in args.concurrency else args.concurrency[0]
+    rows: list[tuple[str, float | None, float, str]] = []  # (goal, figure, bound, ">=" or "<=")
+
+    def ratio(case: str, other: str, attr: str = "requests_per_s") -> float | None:
+        ours, theirs = results.median(case, GRPS, conc, attr), results.median(case, other, conc, attr)
+        return ours / theirs if ours and theirs else None
+
+    for case in CASES:
+        if not case.big:
+            rows.append((f"{case.name}: grps-py / floor", ratio(case.name, FLOOR), 0.6, ">="))
+            if case.api == "oip":
+                rows.append((f"{case.name}: grps-py / kserve", ratio(case.name, "kserve"), 2.0, ">="))
+                cpu = ratio(case.name, "triton", "cpu_ms")
+                rows.append((f"{case.name}: CPU per request, grps-py / triton", cpu, 1.5, "<="))
+        elif case.api == "oip":
+            rows.append((f"{case.name}: grps-py / floor", ratio(case.name, FLOOR), 0.7, ">="))
+            rows.append((f"{case.name}: grps-py / triton", ratio(case.name, "triton"), 1.0, ">="))
+    peaks = [results.median(c.name, GRPS, conc, "peak_rss") for c in CASES if c.big]
+    peak = max((p for p in peaks if p), default=None)
+    idle = results.idle_rss.get(GRPS)
+    if peak and idle:
+        budget = 4 * conc * 4
+        grown = (peak - idle) / 2**20
+        rows.append(
+            (f"peak RSS over idle in the 4 MB cases, MiB (idle {idle / 2**20:.0f})", grown, budget, "<=")
+        )
+    for grps_case, oip_case in SAME_PAYLOAD.items():
+        ours, theirs = results.median(grps_case, GRPS, conc), results.median(oip_case, GRPS, conc)
+        rows.append((f"{grps_case} / {oip_case}", ours / theirs if ours and theirs else None, 0.8, ">="))
+    lines = [f"### Targets at C{conc}", "", "| goal | this run | target | held |", "|---|---|---|---|"]
+    for goal, figure, bound, sense in rows:
+        if figure is None:
+            lines.append(f"| {goal} | n/a | {sense} {bound:g} | - |")
+            continue
+        held = figure >= bound if sense == ">=" else figure <= bound
+        lines.append(f"| {goal} | {figure:.2f} | {sense} {bound:g} | {'yes' if held else 'no'} |")
+    return lines
 
 
 def proc_field(path: str, key: str) -> str:

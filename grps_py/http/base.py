@@ -45,6 +45,7 @@ from grps_py.request_ids import new_request_id
 log = logging.getLogger("grps_py.http")
 client_log = logging.getLogger(ACCESS_LOGGER)  # client mistakes: per request, silent with log.access off
 REQUEST_ID_HEADER = "X-Request-Id"
+LARGE_BODY_BYTES = 64 << 10
 # The client went away before its answer was complete (499, as nginx logs it).
 CLIENT_CLOSED = status.ERROR_TABLE[Cancelled].http
 # Scheduling controls of the grps API, as a header or a query parameter (the header wins).
@@ -184,6 +185,16 @@ class BaseHandler(tornado.web.RequestHandler):
     def write(self, chunk: str | bytes | dict[str, Any]) -> None:
         super().write(chunk)
         self._bytes_out += len(chunk) if isinstance(chunk, bytes) else len(self._write_buffer[-1])
+
+    def finish(self, chunk: str | bytes | dict[str, Any] | None = None) -> Future[None]:
+        """A large body goes out after its headers rather than appended to them: Tornado would copy
+        the whole body once more to put its headers in front."""
+        if isinstance(chunk, bytes) and len(chunk) >= LARGE_BODY_BYTES and not self._headers_written:
+            self.set_header("Content-Length", len(chunk))
+            self.flush()  # the headers alone
+            self.write(chunk)
+            chunk = None
+        return super().finish(chunk)
 
     def on_finish(self) -> None:
         self._record()
