@@ -586,7 +586,7 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--seconds", type=float, default=2.0, help="length of each run")
-    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 32])
     parser.add_argument("--peers", nargs="*", default=["kserve", "mlserver", "triton"])
     parser.add_argument("--quick", action="store_true", help="leave out the grps API's 4 MB cases")
