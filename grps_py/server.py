@@ -9,6 +9,7 @@ import logging
 import signal
 import socket
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -126,7 +127,7 @@ class GrpsServer:
             self._http.conn_params.no_keep_alive = True  # read per request: each answer now ends with close
         say = log.info if self.executor.is_loaded else log.debug  # a failed start-up says why elsewhere
         say("draining: not ready; serving for up to %.1fs while clients are connected", grace)
-        await self._wait_until(self._quiet, grace)
+        await self._wait_until(self._quiet_for(DRAIN_QUIET_S), grace)
         grpc_stopped = self._close_listeners(grace)
         if not await self._wait_until(self._answered, grace):
             log.warning(
@@ -181,6 +182,22 @@ class GrpsServer:
         """Nothing left to serve: no request in flight and no HTTP client connected."""
         return self.executor.in_flight == 0 and not self._http_connections()
 
+    def _quiet_for(self, seconds: float) -> Callable[[], bool]:
+        """`_quiet`, held for `seconds`: a client between two requests (reconnecting, now that every
+        answer closes its connection) is not gone, and its next request should still be served."""
+        since: float | None = None
+
+        def done() -> bool:
+            nonlocal since
+            if not self._quiet():
+                since = None
+                return False
+            now = time.monotonic()
+            since = now if since is None else since
+            return now - since >= seconds
+
+        return done
+
     def _answered(self) -> bool:
         """Every accepted request answered: none in flight, every HTTP connection idle and flushed."""
         return self.executor.in_flight == 0 and all(_idle(conn) for conn in self._http_connections())
@@ -213,6 +230,7 @@ class GrpsServer:
 # Drain timing: how often the drain looks again, how long answers given at its end get to be written,
 # and how long gRPC calls get after the last request was answered.
 DRAIN_POLL_S = 0.05
+DRAIN_QUIET_S = 0.25
 ABORT_FLUSH_S = 1.0
 GRPC_LINGER_S = 1.0
 
