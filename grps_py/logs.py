@@ -271,25 +271,18 @@ def write_access_line(logger: logging.Logger, rid: str, message: str, fields: di
     line = ""
     formatter: Any = None
     for handler in logger.handlers:
-        ours = isinstance(handler, _DeferredFlush) and isinstance(handler.formatter, _OncePerRecord)
-        if ours and handler.level <= logging.INFO:
-            if handler.formatter is not formatter:
+        if handler.level > logging.INFO:
+            continue
+        if isinstance(handler, _DeferredFlush) and isinstance(handler.formatter, _OncePerRecord):
+            if handler.formatter is not formatter:  # our handlers share one: the line is made once
                 formatter = handler.formatter
                 line = formatter.access_line(created, rid, cap(message), fields)
-            handler.queue_line(line)  # type: ignore[attr-defined]
-        elif not ours:
-            record = logger.makeRecord(
-                logger.name,
-                logging.INFO,
-                __file__,
-                0,
-                message,
-                (),
-                None,
-                extra={"request_id": rid, "fields": fields},
-            )
-            record.created = created
-            handler.handle(record)
+            handler.queue_line(line)
+            continue
+        extra = {"request_id": rid, "fields": fields}
+        record = logger.makeRecord(logger.name, logging.INFO, __file__, 0, message, (), None, extra=extra)
+        record.created = created
+        handler.handle(record)
 
 
 def setup_logging(settings: LogSettings | None, level: int | None = None) -> None:

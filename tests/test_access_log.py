@@ -538,3 +538,31 @@ def test_access_log_is_installed_once(server: ServerThread) -> None:
     first = install_access_log(executor, LogSettings())
     assert install_access_log(executor, LogSettings()) is first
     assert sum(isinstance(o, AccessLog) for o in executor.telemetry.observers) == 1
+
+
+def test_a_handler_someone_else_attached_gets_each_line_as_a_record() -> None:
+    """The fast path serves our handlers; any other handler still gets LogRecords, at its level."""
+    logger = logging.getLogger("grps_py.access.test_fast_path")
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
+    seen: list[logging.LogRecord] = []
+
+    class Collect(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            seen.append(record)
+
+    quiet = Collect(level=logging.WARNING)
+    logger.addHandler(Collect())
+    logger.addHandler(quiet)
+    try:
+        record = RequestRecord(
+            "rid-7", "oip-http", "POST /v2/models/m/infer", "m-1", True, 200, None, 0.0, 0.002, 10, 20
+        )
+        AccessLog(logger).request_finished(record)
+    finally:
+        logger.handlers.clear()
+    assert len(seen) == 1  # once: the WARNING handler got nothing
+    (line,) = seen
+    assert line.request_id == "rid-7"  # type: ignore[attr-defined]
+    assert line.getMessage().startswith("oip-http POST /v2/models/m/infer model=m-1 status=200")
+    assert line.fields["bytes_out"] == 20  # type: ignore[attr-defined]

@@ -246,3 +246,25 @@ def test_idle_connection_is_closed_after_idle_timeout(tmp_path: Path) -> None:
             assert read_until_closed(idle) == b""  # no next request: the server closes it
     finally:
         server.stop()
+
+
+def test_connections_that_close_between_requests_are_forgotten(tmp_path: Path) -> None:
+    """The idle-timeout sweep keeps no closed connection (Tornado tells nobody when a connection closes
+    while waiting for its next request's headers; held until the idle timeout, they piled up)."""
+    server = start(tmp_path, "")
+    try:
+        with httpx.Client(base_url=server.http_url, timeout=30) as http:
+            assert http.post(PREDICT, content=b"warm", headers=OCTET).content == b"warm"
+        for _ in range(20):
+            with connect(server) as sock:  # one request, then the client closes its connection
+                sock.sendall(
+                    request_head(server, PREDICT, "Content-Length: 2\r\nContent-Type: a/b\r\n") + b"hi"
+                )
+                assert sock.recv(65536).startswith(b"HTTP/1.1 ")  # answered; the client then leaves
+        waiting = server.server._http._waiting  # type: ignore[union-attr]
+        deadline = time.monotonic() + 5
+        while len(waiting) > 0 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert len(waiting) == 0
+    finally:
+        server.stop()

@@ -67,9 +67,14 @@ class CappedHTTPServer(tornado.httpserver.HTTPServer):
         return Deadline(delegate, request_conn, self._waiting, self.idle_timeout_s, self.body_timeout_s)
 
     def _sweep(self) -> None:
+        """Close what is overdue; forget connections that closed while waiting for their next request
+        (Tornado tells a request's delegate nothing when its connection closes before its headers)."""
         now = time.monotonic()
-        for deadline in [d for d in self._waiting if d.due <= now]:
-            deadline.expire()
+        for deadline in list(self._waiting):
+            if deadline.closed():
+                self._waiting.discard(deadline)
+            elif deadline.due <= now:
+                deadline.expire()
 
     async def close_all_connections(self) -> None:
         if self._sweeper is not None:
@@ -132,6 +137,10 @@ class Deadline(httputil.HTTPMessageDelegate):
     def on_connection_close(self) -> None:
         self._waiting.discard(self)
         self._delegate.on_connection_close()
+
+    def closed(self) -> bool:
+        stream = getattr(self._connection, "stream", None)
+        return stream is None or stream.closed()
 
     def expire(self) -> None:
         self._waiting.discard(self)
