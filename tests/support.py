@@ -32,6 +32,16 @@ GRPC_CATEGORY = {
     grpc.StatusCode.CANCELLED: "cancelled",
 }
 BASIC = PROJECTS / "basic"
+# An inference.yml with only the basic project's light models (no torch or onnx to load), for tests
+# that need a server of their own.
+LIGHT_INFERENCE = """\
+models:
+  - {name: echo, version: "1.0", inferer_type: customized, inferer_name: echo, converter_type: none}
+  - {name: identity, version: "1", inferer_type: customized, inferer_name: identity, converter_type: numpy}
+dag:
+  name: echo_dag
+  nodes: [{name: echo, type: model, model: echo-1.0}]
+"""
 
 
 class ServerThread:

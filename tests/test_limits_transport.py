@@ -13,20 +13,11 @@ import httpx
 import pytest
 
 from grps_py.protos import grps_pb2, grps_pb2_grpc, open_inference_pb2, open_inference_pb2_grpc
-from support import BASIC, ServerThread, start_project
+from support import BASIC, LIGHT_INFERENCE, ServerThread, start_project
 
 Msg = grps_pb2.GrpsMessage
 OCTET = {"Content-Type": "application/octet-stream"}
 PREDICT = "/grps/v1/infer/predict?model=echo"
-# Only the light models of the basic project: no torch or onnx to load.
-INFERENCE = """\
-models:
-  - {name: echo, version: "1.0", inferer_type: customized, inferer_name: echo, converter_type: none}
-  - {name: identity, version: "1", inferer_type: customized, inferer_name: identity, converter_type: numpy}
-dag:
-  name: echo_dag
-  nodes: [{name: echo, type: model, model: echo-1.0}]
-"""
 
 
 def start(tmp_path: Path, extra: str) -> ServerThread:
@@ -34,7 +25,7 @@ def start(tmp_path: Path, extra: str) -> ServerThread:
     server_conf = tmp_path / "server.yml"
     server_conf.write_text("interface:\n  host: 127.0.0.1\n  port: 0,0\n" + extra)
     inference_conf = tmp_path / "inference.yml"
-    inference_conf.write_text(INFERENCE)
+    inference_conf.write_text(LIGHT_INFERENCE)
     return start_project(BASIC, inference_conf=inference_conf, server_conf=server_conf)
 
 

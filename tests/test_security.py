@@ -17,19 +17,11 @@ from grps_py.core.errors import ConfigError, PermissionDenied, Unauthenticated
 from grps_py.core.protection import SecuritySettings
 from grps_py.http.auth import AccessGuard, bearer_token, grpc_peer_is_local, is_loopback
 from grps_py.protos import grps_pb2, grps_pb2_grpc, open_inference_pb2, open_inference_pb2_grpc
-from support import BASIC, ServerThread, start_project
+from support import BASIC, LIGHT_INFERENCE, ServerThread, start_project
 
 Msg = grps_pb2.GrpsMessage
 OCTET = {"Content-Type": "application/octet-stream"}
 ADMIN, TOKEN_A, TOKEN_B = "admin-secret", "infer-a", "infer-b"
-INFERENCE = """\
-models:
-  - {name: echo, version: "1.0", inferer_type: customized, inferer_name: echo, converter_type: none}
-  - {name: identity, version: "1", inferer_type: customized, inferer_name: identity, converter_type: numpy}
-dag:
-  name: echo_dag
-  nodes: [{name: echo, type: model, model: echo-1.0}]
-"""
 OIP_DOC = {"inputs": [{"name": "x", "datatype": "FP32", "shape": [1], "data": [1.5]}]}
 
 
@@ -37,7 +29,7 @@ def start(tmp_path: Path, extra: str, host: str = "127.0.0.1") -> ServerThread:
     server_conf = tmp_path / "server.yml"
     server_conf.write_text(f"interface:\n  host: {host}\n  port: 0,0\n" + extra)
     inference_conf = tmp_path / "inference.yml"
-    inference_conf.write_text(INFERENCE)
+    inference_conf.write_text(LIGHT_INFERENCE)
     return start_project(BASIC, inference_conf=inference_conf, server_conf=server_conf)
 
 
