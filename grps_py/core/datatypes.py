@@ -46,9 +46,15 @@ def numpy_dtype(datatype: str) -> np.dtype[Any]:
 
 def datatype_of(dtype: np.dtype[Any]) -> str | None:
     """The OIP datatype for a numpy dtype (any byte order); strings and objects are BYTES; None if none."""
-    if dtype.kind in ("U", "S", "O"):
-        return BYTES
-    return _DATATYPE_BY_DTYPE.get(dtype.newbyteorder("=") if dtype.byteorder not in ("=", "|") else dtype)
+    # One lookup in the usual case (it runs per tensor): a dtype in the host's byte order, written "=" or
+    # explicitly ("<f4" on a little-endian host), is equal to the table's.
+    datatype = _DATATYPE_BY_DTYPE.get(dtype)
+    if datatype is None:
+        if dtype.kind in ("U", "S", "O"):
+            return BYTES
+        if not dtype.isnative:
+            return _DATATYPE_BY_DTYPE.get(dtype.newbyteorder("="))
+    return datatype
 
 
 def itemsize(datatype: str) -> int | None:

@@ -12,7 +12,7 @@ import numpy as np
 
 from grps_py.core.config import ModelSettings
 from grps_py.core.context import GrpsContext
-from grps_py.core.datatypes import datatype_of
+from grps_py.core.datatypes import BYTES, datatype_of
 from grps_py.core.errors import GrpsError, ModelError, ModelLoadError, ModelNotReady
 from grps_py.core.instance import ModelInstance
 from grps_py.core.model import (
@@ -29,7 +29,7 @@ from grps_py.core.model import (
 )
 from grps_py.core.observer import SchedulerObserver
 from grps_py.core.scheduler import ConcurrencyLimit, ModelScheduler
-from grps_py.core.signature import TensorSpec, check_inputs, name_outputs
+from grps_py.core.signature import DeclaredInputs, TensorSpec, name_outputs
 from grps_py.core.types import MessageBridge, Payload, PayloadKind, Tensor
 
 log = logging.getLogger("grps_py.model")
@@ -127,6 +127,9 @@ class ModelNode:
             self._make_instance(i, device) for i, device in enumerate(instance_devices(settings))
         ]
         self.scheduler = ModelScheduler(settings, self.instances, limit, observer)
+        # The declared signature, ready for the per-request checks.
+        self._inputs = DeclaredInputs(settings.inputs) if settings.inputs else None
+        self._outputs = {spec.name: spec for spec in settings.outputs}
         self._observer = observer
         if settings.batching.type == "dynamic" and not self.scheduler.batching:
             log.warning("model '%s': async model code is not batched; serving requests one by one", self.key)
@@ -235,10 +238,10 @@ class ModelNode:
         if payload.kind is not PayloadKind.TENSORS:
             return payload
         tensors = payload.value
-        if self.settings.outputs:
+        declared = self._outputs
+        if declared:
             tensors = name_outputs(self.settings.outputs, tensors)
-            payload = Payload.of_tensors(tensors)
-        declared = {spec.name: spec for spec in self.settings.outputs}
+            payload = Payload(PayloadKind.TENSORS, tensors)
         for tensor in tensors:
             self._check_output(tensor, declared.get(tensor.name))
         return payload
@@ -249,7 +252,8 @@ class ModelNode:
         array = tensor.data
         if not isinstance(array, np.ndarray):
             return
-        held = _odd_values(array)
+        datatype = datatype_of(array.dtype)
+        held = None if datatype is not None and datatype != BYTES else _odd_values(array)
         if held is not None:
             raise ModelError(
                 f"model '{self.key}' answered output '{tensor.name}' holding {held} values; "
@@ -257,26 +261,21 @@ class ModelNode:
             )
         if spec is None:
             return
-        datatype = datatype_of(array.dtype)
         if spec.datatype is not None and datatype != spec.datatype:
             raise ModelError(
                 f"model '{self.key}' answered output '{tensor.name}' as {datatype}; "
                 f"its declared datatype is {spec.datatype}"
             )
-        shape = list(array.shape)
-        if spec.shape is not None and (
-            len(shape) != len(spec.shape)
-            or any(w >= 0 and w != g for w, g in zip(spec.shape, shape, strict=True))
-        ):
+        if not spec.fits(array.shape):
             raise ModelError(
-                f"model '{self.key}' answered output '{tensor.name}' with shape {shape}; "
+                f"model '{self.key}' answered output '{tensor.name}' with shape {list(array.shape)}; "
                 f"its declared shape is {spec.describe_shape()}"
             )
 
     def checked_input(self, payload: Payload) -> Payload:
         """Tensors are checked against the declared inputs (and named by them when sent unnamed)."""
-        if self.settings.inputs and payload.kind is PayloadKind.TENSORS:
-            return Payload.of_tensors(check_inputs(self.settings.inputs, payload.value, self.key))
+        if self._inputs is not None and payload.kind is PayloadKind.TENSORS:
+            return Payload(PayloadKind.TENSORS, self._inputs.check(payload.value, self.key))
         return payload
 
     # -- running -------------------------------------------------------------------------------

@@ -9,7 +9,7 @@ datatype names, -1 for a variable dimension); read from the model where the back
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -29,9 +29,26 @@ class TensorSpec:
     name: str
     datatype: str | None = None
     shape: tuple[int, ...] | None = None
+    # (index, size) of each fixed dimension: `fits` runs per request, so the -1s are skipped once here.
+    _fixed: tuple[tuple[int, int], ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        fixed = tuple((i, size) for i, size in enumerate(self.shape or ()) if size >= 0)
+        object.__setattr__(self, "_fixed", fixed)
 
     def describe_shape(self) -> str:
         return "any shape" if self.shape is None else "[" + ", ".join(map(str, self.shape)) + "]"
+
+    def fits(self, shape: tuple[int, ...]) -> bool:
+        """Whether a tensor of `shape` has the declared rank and fixed dimensions."""
+        if self.shape is None:
+            return True
+        if len(shape) != len(self.shape):
+            return False
+        for index, size in self._fixed:  # noqa: SIM110 (a loop: all() would build a generator per call)
+            if shape[index] != size:
+                return False
+        return True
 
 
 def array_datatype(array: np.ndarray[Any, Any]) -> str:
@@ -51,13 +68,10 @@ def check_input(spec: TensorSpec, tensor: Tensor) -> None:
             raise InvalidInput(
                 f"input '{spec.name}' expects datatype {spec.datatype}, got {got or array.dtype}"
             )
-    if spec.shape is None:
-        return
-    shape = list(array.shape)
-    if len(shape) != len(spec.shape) or any(
-        w >= 0 and w != g for w, g in zip(spec.shape, shape, strict=True)
-    ):
-        raise InvalidInput(f"input '{spec.name}' expects shape {spec.describe_shape()}, got {shape}")
+    if not spec.fits(array.shape):
+        raise InvalidInput(
+            f"input '{spec.name}' expects shape {spec.describe_shape()}, got {list(array.shape)}"
+        )
 
 
 def check_inputs(specs: Sequence[TensorSpec], tensors: list[Tensor], model: str) -> list[Tensor]:
@@ -83,11 +97,30 @@ def check_inputs(specs: Sequence[TensorSpec], tensors: list[Tensor], model: str)
     return [by_name[spec.name] for spec in specs]
 
 
+class DeclaredInputs:
+    """`check_inputs` for one model, with what it needs worked out once at load: it runs per request."""
+
+    def __init__(self, specs: Sequence[TensorSpec]) -> None:
+        self.specs = tuple(specs)
+        names = [spec.name for spec in self.specs]
+        # Declared names are unique (config checks it); None keeps the full check if they were not.
+        self._names = names if len(set(names)) == len(names) else None
+
+    def check(self, tensors: list[Tensor], model: str) -> list[Tensor]:
+        """As `check_inputs`, a new list of the checked tensors."""
+        if [t.name for t in tensors] == self._names:  # the usual request: every input, in declared order
+            for spec, tensor in zip(self.specs, tensors, strict=True):
+                check_input(spec, tensor)
+            return tensors[:]
+        return check_inputs(self.specs, tensors, model)
+
+
 def name_outputs(specs: Sequence[TensorSpec], tensors: list[Tensor]) -> list[Tensor]:
     """Outputs a model returned unnamed (`output`, `output_0`...) take the declared names by position."""
-    if not specs or len(specs) != len(tensors):
+    count = len(tensors)
+    if not specs or len(specs) != count:
         return tensors
-    if len(tensors) == 1:
+    if count == 1:
         unnamed = tensors[0].name in ("", _UNNAMED_OUTPUT, f"{_UNNAMED_OUTPUT}_0")
     else:
         unnamed = all(t.name in ("", f"{_UNNAMED_OUTPUT}_{i}") for i, t in enumerate(tensors))

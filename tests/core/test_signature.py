@@ -8,7 +8,13 @@ import pytest
 
 from grps_py.core.datatypes import datatype_of, numpy_dtype
 from grps_py.core.errors import InvalidInput
-from grps_py.core.signature import TensorSpec, check_inputs, messages_can_carry, name_outputs
+from grps_py.core.signature import (
+    DeclaredInputs,
+    TensorSpec,
+    check_inputs,
+    messages_can_carry,
+    name_outputs,
+)
 from grps_py.core.types import Tensor
 
 SPECS = (TensorSpec("a", "FP32", (-1, 3)), TensorSpec("b", "INT64", (2,)))
@@ -22,6 +28,8 @@ def test_datatype_table_round_trips() -> None:
     for name in ("BOOL", "UINT64", "INT8", "FP16", "BF16", "BYTES"):
         assert datatype_of(numpy_dtype(name)) == name
     assert datatype_of(np.dtype(">f4")) == "FP32" and datatype_of(np.dtype("U3")) == "BYTES"
+    assert datatype_of(np.dtype("<f4")) == "FP32" and datatype_of(np.dtype(">U3")) == "BYTES"
+    assert datatype_of(np.dtype(np.complex64)) is None and datatype_of(np.dtype(">c8")) is None
     assert numpy_dtype("BF16") == np.dtype(ml_dtypes.bfloat16)
     with pytest.raises(InvalidInput, match="FP99"):
         numpy_dtype("FP99")
@@ -59,6 +67,38 @@ def test_bad_inputs_name_the_tensor(arrays: dict[str, np.ndarray], message: str)
     with pytest.raises(InvalidInput) as info:
         check_inputs(SPECS, tensors(**arrays), "m")
     assert message in info.value.public_message
+
+
+@pytest.mark.parametrize(
+    "arrays",
+    [
+        {"a": np.zeros((1, 3), np.float32), "b": np.zeros(2, np.int64)},  # declared order: the fast path
+        {"b": np.zeros(2, np.int64), "a": np.zeros((5, 3), np.float32)},
+        {"a": np.zeros((1, 3), np.float32)},
+        {"a": np.zeros((1, 3), np.float32), "b": np.zeros(2, np.int64), "c": np.zeros(1)},
+        {"a": np.zeros((1, 3), np.float64), "b": np.zeros(2, np.int64)},
+        {"a": np.zeros((1, 3), np.float32), "b": np.zeros((1, 2), np.int64)},
+        {"a": np.zeros((1, 4), np.float32), "b": np.zeros(2, np.int64)},
+    ],
+)
+def test_declared_inputs_check_as_check_inputs(arrays: dict[str, np.ndarray]) -> None:
+    given = tensors(**arrays)
+    try:
+        expected = check_inputs(SPECS, given, "m")
+    except InvalidInput as exc:
+        with pytest.raises(InvalidInput) as info:
+            DeclaredInputs(SPECS).check(given, "m")
+        assert info.value.public_message == exc.public_message
+        return
+    got = DeclaredInputs(SPECS).check(given, "m")
+    assert got == expected and got is not given
+
+
+def test_fits_checks_rank_and_fixed_dims() -> None:
+    spec = TensorSpec("a", "FP32", (-1, 3))
+    assert spec.fits((7, 3)) and not spec.fits((7, 4)) and not spec.fits((3,))
+    assert TensorSpec("b").fits((1, 2, 3)) and TensorSpec("c", shape=()).fits(())
+    assert spec == TensorSpec("a", "FP32", (-1, 3)) and "_fixed" not in repr(spec)
 
 
 def test_unnamed_outputs_take_declared_names() -> None:
