@@ -14,10 +14,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import grpc
-import tornado.httpserver
 import tornado.netutil
 import tornado.web
-from tornado.http1connection import HTTP1ServerConnection
 
 from grps_py.access_log import install_access_log
 from grps_py.codecs.grps_pb import GrpsMessageBridge
@@ -28,7 +26,7 @@ from grps_py.core.warmup import Progress
 from grps_py.gpu import apply_gpu_settings, gpu_gc_loop
 from grps_py.grpc.server import build_grpc_server
 from grps_py.http.app import build_app
-from grps_py.http.listener import build_http_server
+from grps_py.http.listener import HttpListener
 from grps_py.http.monitor import build_metrics_app
 from grps_py.http.policy import POLICY_SETTING, http_policy
 from grps_py.http.tls import server_ssl_context
@@ -52,8 +50,8 @@ class GrpsServer:
         self.executor.metrics = self.metrics
         self.executor.telemetry.add(self.metrics)
         install_access_log(self.executor, server.log)  # nothing when log.access is false
-        self._http: tornado.httpserver.HTTPServer | None = None
-        self._metrics_http: tornado.httpserver.HTTPServer | None = None
+        self._http: HttpListener | None = None
+        self._metrics_http: HttpListener | None = None
         self.metrics_port: int | None = None
         self._grpc: grpc.aio.Server | None = None
         self._tasks: list[asyncio.Task[None]] = []
@@ -75,21 +73,19 @@ class GrpsServer:
         iface = self.settings.interface
         sys.setswitchinterval(self.settings.gil_switch_interval_us / 1e6)  # process-wide, see config
         tls = server_ssl_context(self.settings.tls, self.settings.source)  # None: plain HTTP
-        self._http = build_http_server(build_app(self.executor, self.settings), self.settings, tls)
+        self._http = HttpListener(build_app(self.executor, self.settings), self.settings, tls)
         sockets = tornado.netutil.bind_sockets(iface.http_port, iface.host, family=_family(iface.host))
-        self._http.add_sockets(sockets)
+        await self._http.listen(sockets)
         self.http_port = sockets[0].getsockname()[1]
         if iface.framework == "http+grpc":
             self._grpc, self.grpc_port = build_grpc_server(self.executor, self.settings)
             await self._grpc.start()
         if self.settings.metrics.port is not None:
-            self._metrics_http = build_http_server(
-                _metrics_app(self.executor, self.settings), self.settings, tls
-            )
+            self._metrics_http = HttpListener(_metrics_app(self.executor, self.settings), self.settings, tls)
             sockets = tornado.netutil.bind_sockets(
                 self.settings.metrics.port, iface.host, family=_family(iface.host)
             )
-            self._metrics_http.add_sockets(sockets)
+            await self._metrics_http.listen(sockets)
             self.metrics_port = sockets[0].getsockname()[1]
         log.info(
             "listening: http %s:%s grpc %s metrics %s",
@@ -124,7 +120,7 @@ class GrpsServer:
         grace = self.settings.shutdown_grace_s if grace_s is None else grace_s
         self.executor.begin_drain()
         if self._http is not None:
-            self._http.conn_params.no_keep_alive = True  # read per request: each answer now ends with close
+            self._http.no_keep_alive = True  # each answer from now on ends with close
         say = log.info if self.executor.is_loaded else log.debug  # a failed start-up says why elsewhere
         say("draining: not ready; serving for up to %.1fs while clients are connected", grace)
         await self._wait_until(self._quiet_for(DRAIN_QUIET_S), grace)
@@ -175,12 +171,9 @@ class GrpsServer:
             await asyncio.sleep(DRAIN_POLL_S)
         return True
 
-    def _http_connections(self) -> set[HTTP1ServerConnection]:
-        return set() if self._http is None else self._http._connections
-
     def _quiet(self) -> bool:
         """Nothing left to serve: no request in flight and no HTTP client connected."""
-        return self.executor.in_flight == 0 and not self._http_connections()
+        return self.executor.in_flight == 0 and (self._http is None or not self._http.connections)
 
     def _quiet_for(self, seconds: float) -> Callable[[], bool]:
         """`_quiet`, held for `seconds`: a client between two requests (reconnecting, now that every
@@ -200,14 +193,13 @@ class GrpsServer:
 
     def _answered(self) -> bool:
         """Every accepted request answered: none in flight, every HTTP connection idle and flushed."""
-        return self.executor.in_flight == 0 and all(_idle(conn) for conn in self._http_connections())
+        return self.executor.in_flight == 0 and (self._http is None or self._http.all_idle())
 
     def _close_listeners(self, grace_s: float) -> asyncio.Future[None] | None:
         """Refuse new connections; gRPC refuses new calls too and lets running ones finish (a bound past
         the drain's, which ends them first)."""
         for http in (self._http, self._metrics_http):
             if http is not None:
-                _take_backlog(http)
                 http.stop()
         say = log.info if self.executor.is_loaded else log.debug
         say("listeners closed; waiting up to %.1fs for %d request(s)", grace_s, self.executor.in_flight)
@@ -235,27 +227,8 @@ ABORT_FLUSH_S = 1.0
 GRPC_LINGER_S = 1.0
 
 
-def _take_backlog(server: tornado.httpserver.HTTPServer) -> None:
-    """Take in the connections the kernel has already accepted, so that closing the listener (right
-    after, with no await between) refuses only new ones instead of resetting these."""
-    for sock in list(server._sockets.values()):
-        while True:
-            try:
-                connection, address = sock.accept()
-            except OSError:  # none left (BlockingIOError), or the socket is gone
-                break
-            server._handle_connection(connection, address)
-
-
 async def _stop_grpc(server: grpc.aio.Server, grace_s: float) -> None:
     await server.stop(grace_s)
-
-
-def _idle(conn: HTTP1ServerConnection) -> bool:
-    """A connection waiting for its next request with nothing buffered either way (not one whose
-    handler runs, whose answer is still being written, or whose request has begun to arrive)."""
-    stream = conn.stream
-    return stream.reading() and not stream.writing() and not stream._read_buffer_size
 
 
 async def _sample_every(metrics: ServerMetrics, period_s: float) -> None:

@@ -1,97 +1,110 @@
-"""The Tornado HTTPServer of a port, with server.yml's transport limits.
+"""The HTTP listener of a port: accepts connections (http/connection.py) under server.yml's limits.
 
-- `limits.header_bytes`: Tornado's max_header_size. Headers over it are not answered: Tornado closes the
-  connection (the client sees it closed without a response).
-- `limits.idle_timeout_s`: how long a connection may wait for (the headers of) its next request.
+- `limits.header_bytes`: a request head over it is not answered: the connection is closed (as Tornado
+  does; the client sees it closed without a response).
+- `limits.idle_timeout_s`: how long a connection may wait for (the head of) its next request.
 - `limits.body_timeout_s`: how long a request's body may take to arrive; then the connection is closed.
 - `max_connections`: connections beyond it are answered 503 and closed at once.
 - the body size limit is enforced by the handlers (413 with the route's error body, http/base.py).
 
 The two timeouts are enforced by one sweep over the connections' deadlines, a few times per timeout,
-rather than by Tornado's own: Tornado wraps the headers and the body of every request in a timeout of its
-own (two timers and a chain of futures per request, about 6% of a small request's CPU).
+rather than by timers per request.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
+import socket
 import ssl
 import time
-from typing import Any
 
-import tornado.httpserver
-import tornado.ioloop
-import tornado.web
 from tornado import httputil
-from tornado.iostream import IOStream, StreamClosedError
 
 from grps_py.codecs import grps_json
 from grps_py.core.config import ServerSettings
+from grps_py.http.connection import HttpConnection
 
 log = logging.getLogger("grps_py.http")
-# Tornado's own body limit answers a bare 400 and closes; the handlers answer 413 instead, before
-# reading an over-long body, so Tornado's is set out of the way.
-TORNADO_BODY_LIMIT = 1 << 62
 REFUSE_GRACE_S = 1.0  # a refused connection is closed after its 503 is written, or after this at most
+CLOSE_WAIT_S = 1.0  # how long closing every connection waits for them to be gone
 
 
-class CappedHTTPServer(tornado.httpserver.HTTPServer):
-    """An HTTPServer holding at most `max_connections` connections (0: no cap), that closes a connection
-    idle for `idle_timeout_s` or still receiving a request body after `body_timeout_s`."""
+class HttpListener:
+    """Serves `app` (a Tornado Application) on the sockets given to `listen`; holds at most
+    `max_connections` connections (0: no cap); closes a connection idle for `idle_timeout_s` or still
+    receiving a request body after `body_timeout_s`."""
 
-    max_connections = 0
-    open_connections = 0
-    refused = 0  # since the last warning (at most one a second: a flood must not flood the log too)
-    _warned_at = 0.0
-    idle_timeout_s: float | None = None
-    body_timeout_s: float | None = None
-    _sweeper: tornado.ioloop.PeriodicCallback | None = None
-    _waiting: set[Deadline]
+    def __init__(
+        self, app: httputil.HTTPServerConnectionDelegate, settings: ServerSettings, tls: ssl.SSLContext | None
+    ) -> None:
+        limits = settings.limits
+        self.app = app
+        self.tls = tls
+        self.scheme = "https" if tls is not None else "http"
+        self.header_bytes = limits.header_bytes
+        self.idle_timeout_s = limits.idle_timeout_s
+        self.body_timeout_s = limits.body_timeout_s
+        self.max_connections = settings.max_connections
+        self.no_keep_alive = False  # set by the drain: every answer from then on closes its connection
+        self.connections: set[HttpConnection] = set()
+        self.refused = 0  # since the last warning (at most one a second: a flood must not flood the log too)
+        self._warned_at = 0.0
+        self._sockets: list[socket.socket] = []
+        self._servers: list[asyncio.AbstractServer] = []
+        self._accepting: set[asyncio.Future[tuple[asyncio.Transport, HttpConnection]]] = (
+            set()
+        )  # backlog connections being set up
+        self._sweeper: asyncio.Task[None] | None = None
 
-    def set_timeouts(self, idle_timeout_s: float, body_timeout_s: float) -> None:
-        """Take the timeouts over from Tornado (see the module's docstring)."""
-        self.idle_timeout_s, self.body_timeout_s = idle_timeout_s, body_timeout_s
-        self.conn_params.header_timeout = None
-        self.conn_params.body_timeout = None
-        self._waiting: set[Deadline] = set()
-
-    def start_request(self, server_conn: object, request_conn: httputil.HTTPConnection) -> Any:
-        """Called as each request begins, before its headers are read."""
-        delegate = super().start_request(server_conn, request_conn)
-        if self.idle_timeout_s is None:
-            return delegate
+    async def listen(self, sockets: list[socket.socket]) -> None:
+        loop = asyncio.get_running_loop()
+        for sock in sockets:
+            server = await loop.create_server(
+                self._connection, sock=sock, ssl=self.tls, ssl_handshake_timeout=self._handshake_s()
+            )
+            self._sockets.append(sock)
+            self._servers.append(server)
         if self._sweeper is None:
-            period_ms = min(1.0, self.idle_timeout_s / 4, (self.body_timeout_s or 1.0) / 4) * 1e3
-            self._sweeper = tornado.ioloop.PeriodicCallback(self._sweep, period_ms)
-            self._sweeper.start()
-        return Deadline(delegate, request_conn, self._waiting, self.idle_timeout_s, self.body_timeout_s)
+            self._sweeper = asyncio.ensure_future(self._sweep_every(self._sweep_period_s()))
 
-    def _sweep(self) -> None:
-        """Close what is overdue; forget connections that closed while waiting for their next request
-        (Tornado tells a request's delegate nothing when its connection closes before its headers)."""
-        now = time.monotonic()
-        for deadline in list(self._waiting):
-            if deadline.closed():
-                self._waiting.discard(deadline)
-            elif deadline.due <= now:
-                deadline.expire()
+    def _connection(self) -> HttpConnection:
+        return HttpConnection(self)
 
-    async def close_all_connections(self) -> None:
-        if self._sweeper is not None:
-            self._sweeper.stop()
-        await super().close_all_connections()
+    def _handshake_s(self) -> float | None:
+        return self.idle_timeout_s if self.tls is not None else None
 
-    def handle_stream(self, stream: IOStream, address: Any) -> None:
-        if self.max_connections and self.open_connections >= self.max_connections:
-            refuse_connection(stream, self.max_connections)
+    # -- connections ---------------------------------------------------------------------------
+    def admit(self, connection: HttpConnection) -> bool:
+        """Take a new connection in, or refuse it (503) when `max_connections` are open."""
+        if self.max_connections and len(self.connections) >= self.max_connections:
+            connection.refuse(refusal(self.max_connections), REFUSE_GRACE_S)
             self._warn_refused()
-            return
-        self.open_connections += 1
-        super().handle_stream(stream, address)
+            return False
+        self.connections.add(connection)
+        return True
 
-    def on_close(self, server_conn: object) -> None:
-        self.open_connections -= 1
-        super().on_close(server_conn)
+    def forget(self, connection: HttpConnection) -> None:
+        self.connections.discard(connection)
+
+    def idle_due(self) -> float:
+        return time.monotonic() + self.idle_timeout_s
+
+    def body_due(self) -> float | None:
+        return None if self.body_timeout_s is None else time.monotonic() + self.body_timeout_s
+
+    def _sweep_period_s(self) -> float:
+        return min(1.0, self.idle_timeout_s / 4, (self.body_timeout_s or 1.0) / 4)
+
+    async def _sweep_every(self, period_s: float) -> None:
+        while True:
+            await asyncio.sleep(period_s)
+            now = time.monotonic()
+            for connection in list(self.connections):
+                due = connection.due
+                if due is not None and due <= now:
+                    connection.expire()
 
     def _warn_refused(self) -> None:
         self.refused += 1
@@ -101,79 +114,67 @@ class CappedHTTPServer(tornado.httpserver.HTTPServer):
             log.warning("refused %d HTTP connection(s): max_connections (%d) open", self.refused, limit)
             self.refused, self._warned_at = 0, now
 
+    # -- the drain -----------------------------------------------------------------------------
+    def all_idle(self) -> bool:
+        """Every connection waits for its next request with nothing buffered either way."""
+        return not self._accepting and all(connection.idle() for connection in self.connections)
 
-class Deadline(httputil.HTTPMessageDelegate):
-    """A request's delegate, watched until its body is in: its headers are due `idle_s` after it began
-    (the connection's previous request finished, or it opened), and its body `body_s` after its headers.
-    Past that, the connection is closed (as Tornado's own timeouts do)."""
+    def stop(self) -> None:
+        """Stop listening. The connections the kernel has already accepted are taken in first, so that
+        closing the listener (right after, with no await between) refuses only new ones instead of
+        resetting these."""
+        loop = asyncio.get_running_loop()
+        for sock in self._sockets:
+            while True:
+                try:
+                    accepted, _address = sock.accept()
+                except OSError:  # none left (BlockingIOError), or the socket is gone
+                    break
+                accepted.setblocking(False)
+                setup = asyncio.ensure_future(
+                    loop.connect_accepted_socket(
+                        self._connection, accepted, ssl=self.tls, ssl_handshake_timeout=self._handshake_s()
+                    )
+                )
+                self._accepting.add(setup)
+                setup.add_done_callback(self._accepted)
+        for server in self._servers:
+            server.close()
+        self._servers = []
+        self._sockets = []
 
-    def __init__(
-        self,
-        delegate: httputil.HTTPMessageDelegate,
-        connection: httputil.HTTPConnection,
-        waiting: set[Deadline],
-        idle_s: float,
-        body_s: float | None,
-    ) -> None:
-        self._delegate, self._connection, self._waiting = delegate, connection, waiting
-        self.body_s = body_s
-        self.due = time.monotonic() + idle_s
-        waiting.add(self)
+    def _accepted(self, setup: asyncio.Future[tuple[asyncio.Transport, HttpConnection]]) -> None:
+        self._accepting.discard(setup)
+        if not setup.cancelled() and setup.exception() is not None:
+            log.debug("a connection from the backlog failed: %s", setup.exception())
 
-    def headers_received(self, start_line: Any, headers: httputil.HTTPHeaders) -> Any:
-        if self.body_s is None:
-            self._waiting.discard(self)
-        else:
-            self.due = time.monotonic() + self.body_s
-        return self._delegate.headers_received(start_line, headers)
-
-    def data_received(self, chunk: bytes) -> Any:
-        return self._delegate.data_received(chunk)
-
-    def finish(self) -> None:
-        self._waiting.discard(self)
-        self._delegate.finish()
-
-    def on_connection_close(self) -> None:
-        self._waiting.discard(self)
-        self._delegate.on_connection_close()
-
-    def closed(self) -> bool:
-        stream = getattr(self._connection, "stream", None)
-        return stream is None or stream.closed()
-
-    def expire(self) -> None:
-        self._waiting.discard(self)
-        self._connection.close()  # type: ignore[attr-defined]  # HTTP1Connection's
+    async def close_all_connections(self) -> None:
+        """Close every connection (what was written is sent first) and wait for them to be gone."""
+        if self._accepting:
+            await asyncio.wait(set(self._accepting), timeout=CLOSE_WAIT_S)
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            self._sweeper = None
+        connections = list(self.connections)
+        for connection in connections:
+            connection.close()
+        if connections:
+            waits = [asyncio.ensure_future(connection.wait_closed()) for connection in connections]
+            _done, pending = await asyncio.wait(waits, timeout=CLOSE_WAIT_S)
+            for wait in pending:
+                wait.cancel()
+            for connection in connections:  # still there: a client that does not read what is left
+                if connection.transport is not None and not connection.closed_for_good():
+                    with contextlib.suppress(Exception):
+                        connection.transport.abort()
 
 
-def refuse_connection(stream: IOStream, limit: int) -> None:
-    """Answer 503 (the grps envelope, Retry-After) without reading the request, and close."""
+def refusal(limit: int) -> bytes:
+    """503 (the grps envelope, Retry-After), sent without reading the request."""
     msg = f"too many connections (max_connections: {limit}); retry later"
     body = grps_json.encode_status(503, msg, False)
     head = (
         "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nRetry-After: 1\r\n"
         f"Connection: close\r\nContent-Length: {len(body)}\r\n\r\n"
     )
-    try:
-        written = stream.write(head.encode("ascii") + body)
-    except StreamClosedError:  # the client is already gone
-        return
-    written.add_done_callback(lambda future: future.exception() if not future.cancelled() else None)
-    written.add_done_callback(lambda _: stream.close())
-    stream.io_loop.call_later(REFUSE_GRACE_S, stream.close)  # a client that never reads (or handshakes)
-
-
-def build_http_server(
-    app: tornado.web.Application, settings: ServerSettings, tls: ssl.SSLContext | None
-) -> CappedHTTPServer:
-    limits = settings.limits
-    server = CappedHTTPServer(
-        app,
-        ssl_options=tls,
-        max_header_size=limits.header_bytes,
-        max_body_size=TORNADO_BODY_LIMIT,
-    )
-    server.set_timeouts(limits.idle_timeout_s, limits.body_timeout_s)
-    server.max_connections = settings.max_connections
-    return server
+    return head.encode("ascii") + body
