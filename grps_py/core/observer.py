@@ -46,18 +46,18 @@ class Recent:
     """The last `size` values of a series, in an array allocated up front: it takes the same memory
     from the first value on (a deque of floats grows until it is full, which a soak reads as a leak)."""
 
-    __slots__ = ("_count", "_next", "_values")
+    __slots__ = ("_count", "_next", "_size", "_values")
 
     def __init__(self, size: int, typecode: str = "d") -> None:
         self._values: array[Any] = array(typecode, bytes(array(typecode).itemsize * size))
+        self._size = size
         self._next = 0
         self._count = 0
 
     def append(self, value: float) -> None:
-        values = self._values
-        values[self._next] = value
-        self._next = (self._next + 1) % len(values)
-        if self._count < len(values):
+        self._values[self._next] = value
+        self._next = (self._next + 1) % self._size
+        if self._count < self._size:
             self._count += 1
 
     def extend(self, values: Iterable[float]) -> None:
@@ -89,6 +89,14 @@ class ModelCounters:
     compute_s: Recent = field(default_factory=lambda: Recent(_RECENT))
 
 
+class _CountersByModel(dict[str, "ModelCounters"]):
+    """Each model's counters, made the first time the model is seen: a plain subscript, no Python call
+    once they exist (the schedulers report twice per request)."""
+
+    def __missing__(self, model: str) -> ModelCounters:
+        return self.setdefault(model, ModelCounters())  # atomic: a reader's thread may be first
+
+
 class ModelStats:
     """Counts and recent samples per model, cheap enough to keep on by default.
 
@@ -96,26 +104,23 @@ class ModelStats:
     read it (a value read while one is being added may be the previous one)."""
 
     def __init__(self) -> None:
-        self._models: dict[str, ModelCounters] = {}
+        self._models = _CountersByModel()
 
     def model(self, model: str) -> ModelCounters:
-        counters = self._models.get(model)
-        if counters is None:
-            counters = self._models.setdefault(model, ModelCounters())
-        return counters
+        return self._models[model]
 
     def queued(self, model: str, depth: int) -> None:
-        counters = self.model(model)
+        counters = self._models[model]
         counters.queued += 1
         counters.depth = depth
 
     def dropped(self, model: str, reason: str, depth: int) -> None:
-        counters = self.model(model)
+        counters = self._models[model]
         counters.dropped[reason] += 1
         counters.depth = depth
 
     def batch_ran(self, model: str, rows: int, queue_s: list[float], compute_s: float, depth: int) -> None:
-        counters = self.model(model)
+        counters = self._models[model]
         counters.batches_run += 1
         counters.rows_run += rows
         counters.batches.append(rows)

@@ -126,6 +126,19 @@ class ProtocolMetrics:
         return child
 
 
+class _ByProtocol(dict[str, ProtocolMetrics]):
+    """A model's children per protocol, made the first time a protocol is seen. A plain subscript: no
+    Python call once they exist."""
+
+    def __init__(self, families: Families, labels: tuple[str, str]) -> None:
+        super().__init__()
+        self._families, self._labels = families, labels
+
+    def __missing__(self, protocol: str) -> ProtocolMetrics:
+        children = self[protocol] = ProtocolMetrics(self._families, *self._labels, protocol)
+        return children
+
+
 class ModelMetrics:
     """The children of one model key; protocols and reasons are added the first time they are seen."""
 
@@ -157,14 +170,11 @@ class ModelMetrics:
         self.gpu_oom = families.gpu_oom.labels(*labels)
         self.hung = families.hung.labels(*labels)
         self.hangs = families.hangs.labels(*labels)
-        self.protocols: dict[str, ProtocolMetrics] = {}
+        self.protocols: dict[str, ProtocolMetrics] = _ByProtocol(families, labels)
         self.rejections: dict[str, Counter] = {}
 
     def protocol(self, protocol: str) -> ProtocolMetrics:
-        children = self.protocols.get(protocol)
-        if children is None:
-            children = self.protocols[protocol] = ProtocolMetrics(self._families, *self.labels, protocol)
-        return children
+        return self.protocols[protocol]
 
     def rejection(self, reason: str) -> Counter:
         child = self.rejections.get(reason)

@@ -67,22 +67,23 @@ class Bucket:
         self.ooms = 0
         self.samples: dict[str, list[float]] = {}  # process/GPU sample name -> [sum, count]
 
-    def add_request(self, latency_s: float, failed: bool) -> None:
+    def add_request(self, latency_s: float, failed: bool, index: int) -> None:
+        """`index`: the latency's `latency_index` (worked out once for all the scopes it counts in)."""
         self.requests += 1
         if failed:
             self.failures += 1
         self.lat_sum += latency_s
         if latency_s > self.lat_max:
             self.lat_max = latency_s
-        index = latency_index(latency_s)
         hist = self.lat_hist
         hist[index] = hist.get(index, 0) + 1
 
-    def add_batch(self, rows: int, queue_s: list[float]) -> None:
+    def add_batch(self, rows: int, waits: int, waited_s: float) -> None:
+        """A batch of `rows` whose `waits` requests waited `waited_s` in all."""
         self.rows += rows
         self.batches += 1
-        self.queue_sum += sum(queue_s)
-        self.queue_n += len(queue_s)
+        self.queue_sum += waited_s
+        self.queue_n += waits
 
     def add_sample(self, name: str, value: float) -> None:
         entry = self.samples.get(name)

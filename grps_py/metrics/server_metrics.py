@@ -29,6 +29,7 @@ from grps_py.metrics.series import (
     Scope,
     ValueOf,
     gpu_names,
+    latency_index,
     latest,
     process_series,
     render,
@@ -37,6 +38,21 @@ from grps_py.metrics.user import UserMetricsCollector
 from grps_py.monitor import AppMonitor, app_monitor
 
 _MIB = 1 << 20
+
+
+class _ModelChildren(dict[str, ModelMetrics]):
+    """The children of each known model key; any other key gets the ("unknown", "") children, made on
+    first use (no idle "unknown" series). A plain subscript: no Python call for a known key."""
+
+    def __init__(self, families: Families, model_labels: Mapping[str, tuple[str, str]]) -> None:
+        super().__init__((key, ModelMetrics(families, labels)) for key, labels in model_labels.items())
+        self._families = families
+        self._unknown: ModelMetrics | None = None
+
+    def __missing__(self, key: str) -> ModelMetrics:
+        if self._unknown is None:
+            self._unknown = ModelMetrics(self._families, UNKNOWN_LABELS)
+        return self._unknown
 
 
 class ServerMetrics:
@@ -60,10 +76,7 @@ class ServerMetrics:
         self._clock = clock
         self._created = clock()
         self.registry = CollectorRegistry()
-        families = Families(self.registry)
-        self._models = {key: ModelMetrics(families, labels) for key, labels in model_labels.items()}
-        self._families = families
-        self._unknown: ModelMetrics | None = None  # made on first use: no idle "unknown" series
+        self._models = _ModelChildren(Families(self.registry), model_labels)
         ProcessCollector(namespace="grps", registry=self.registry)
         Gauge(
             "grps_open_connections",
@@ -95,14 +108,6 @@ class ServerMetrics:
             Gauge("grps_gpu_memory_total_bytes", "GPU memory in all.", ("device",), registry=self.registry),
         )
 
-    def _model(self, key: str) -> ModelMetrics:
-        children = self._models.get(key)
-        if children is None:
-            children = self._unknown
-            if children is None:
-                children = self._unknown = ModelMetrics(self._families, UNKNOWN_LABELS)
-        return children
-
     def _buckets(self, key: str) -> tuple[Bucket, Bucket | None]:
         """The current 1 s buckets of the whole server and of the model (None: not a known model)."""
         now_s = int(self._clock())
@@ -111,63 +116,68 @@ class ServerMetrics:
 
     # -- SchedulerObserver ---------------------------------------------------------------------
     def queued(self, model: str, depth: int) -> None:
-        self._model(model).depth = depth
+        self._models[model].depth = depth
 
     def dropped(self, model: str, reason: str, depth: int) -> None:
-        children = self._model(model)
+        children = self._models[model]
         children.rejection(reason).inc()
         children.depth = depth
 
     def batch_ran(self, model: str, rows: int, queue_s: list[float], compute_s: float, depth: int) -> None:
-        children = self._model(model)
+        children = self._models[model]
         children.batch.observe(rows)
         children.compute.observe(compute_s)
         observe = children.queue.observe
+        waited_s = 0.0
         for wait in queue_s:
             observe(wait)
+            waited_s += wait
         children.depth = depth
+        waits = len(queue_s)
         overall, scope = self._buckets(model)
-        overall.add_batch(rows, queue_s)
+        overall.add_batch(rows, waits, waited_s)
         if scope is not None:
-            scope.add_batch(rows, queue_s)
+            scope.add_batch(rows, waits, waited_s)
 
     # -- RequestObserver -----------------------------------------------------------------------
     def request_started(self, protocol: str, model: str) -> None:
-        self._model(model).inflight += 1
+        self._models[model].inflight += 1
 
     def request_finished(self, record: RequestRecord) -> None:
         if not record.inference:
             return
-        children = self._model(record.model)
+        children = self._models[record.model]
         children.inflight -= 1
-        by_protocol = children.protocol(record.protocol)
+        by_protocol = children.protocols[record.protocol]
         reason = record.reason
         if reason is None:
             by_protocol.success.inc()
         else:
             by_protocol.failure(reason).inc()
-        by_protocol.duration.observe(record.duration_s)
+        duration_s = record.duration_s
+        by_protocol.duration.observe(duration_s)
+        failed, index = reason is not None, latency_index(duration_s)
         overall, scope = self._buckets(record.model)
-        overall.add_request(record.duration_s, reason is not None)
+        overall.add_request(duration_s, failed, index)
         if scope is not None:
-            scope.add_request(record.duration_s, reason is not None)
+            scope.add_request(duration_s, failed, index)
 
     def stream_message(self, protocol: str, model: str, first_after_s: float | None) -> None:
-        by_protocol = self._model(model).protocol(protocol)
+        by_protocol = self._models[model].protocols[protocol]
         by_protocol.streamed.inc()
         if first_after_s is not None:
             by_protocol.first_message.observe(first_after_s)
 
     def instance_hung(self, model: str, index: int, running_s: float) -> None:
-        children = self._model(model)
+        children = self._models[model]
         children.hung.inc()
         children.hangs.inc()
 
     def instance_recovered(self, model: str, index: int, running_s: float) -> None:
-        self._model(model).hung.dec()
+        self._models[model].hung.dec()
 
     def gpu_oom(self, model: str) -> None:
-        self._model(model).gpu_oom.inc()
+        self._models[model].gpu_oom.inc()
         overall, scope = self._buckets(model)
         overall.ooms += 1
         if scope is not None:
