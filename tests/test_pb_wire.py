@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from google.protobuf.internal.encoder import _VarintBytes
 from google.protobuf.message import DecodeError
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -111,3 +112,8 @@ def test_a_4_mb_output_is_written_whole() -> None:
     wire = SerializedWithRaw(head, RAW_OUT, [array.view(np.uint8).data]).SerializeToString()
     (raw,) = pb.ModelInferResponse.FromString(wire).raw_output_contents
     assert np.array_equal(np.frombuffer(raw, dtype=np.float32), array)
+
+
+@pytest.mark.parametrize("value", [0, 1, 127, 128, 300, 16383, 16384, 2**21, 2**35, 2**63 - 1])
+def test_varints_are_protobufs_own(value: int) -> None:
+    assert encode_varint(value) == _VarintBytes(value)

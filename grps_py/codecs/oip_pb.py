@@ -72,6 +72,8 @@ _PACKED_FLOATS = ("fp32_contents", "fp64_contents")
 def parameters_to_dict(params: Mapping[str, pb.InferParameter]) -> dict[str, Any]:
     """A parameters map as Python values (bool, int, str or float); a parameter with no value is refused."""
     values: dict[str, Any] = {}
+    if not params:  # the usual request: skips the map's Python-level items view
+        return values
     for key, param in params.items():
         which = param.WhichOneof("parameter_choice")
         if which is None:
@@ -118,16 +120,17 @@ def decode_infer_request(msg: pb.ModelInferRequest, limits: LimitsSettings = DEF
     is refused. Input arrays decoded from raw contents are read-only views of the message's bytes.
     The request is held to `limits` (inputs and requested outputs each count against `limits.tensors`).
     """
-    check_tensors(len(msg.inputs), limits, "inputs")
+    count = len(msg.inputs)
+    check_tensors(count, limits, "inputs")
     check_tensors(len(msg.outputs), limits, "requested outputs")
     raw = msg.raw_input_contents
-    if raw and len(raw) != len(msg.inputs):
-        raise InvalidInput(f"raw_input_contents has {len(raw)} entries for {len(msg.inputs)} inputs")
+    if raw and len(raw) != count:
+        raise InvalidInput(f"raw_input_contents has {len(raw)} entries for {count} inputs")
     budget = ElementBudget(limits)
     inputs = [
         _decode_input(tensor, raw[i] if raw else None, budget, limits) for i, tensor in enumerate(msg.inputs)
     ]
-    outputs = [_decode_requested_output(output) for output in msg.outputs]
+    outputs = [_decode_requested_output(output) for output in msg.outputs] if msg.outputs else []
     return OipRequest(inputs, outputs, msg.id, parameters_to_dict(msg.parameters))
 
 
@@ -150,7 +153,7 @@ def _decode_input(
     if _SHARED_MEMORY in tensor.parameters:
         raise Unsupported(f"{label}: shared memory is not supported by this server")
     shape = list(tensor.shape)
-    if any(dim < 0 for dim in shape):
+    if shape and min(shape) < 0:
         raise InvalidInput(f"{label}: shape {shape} has a negative dimension")
     count = budget.take_shape(shape, label)  # a Python int: no overflow, nothing allocated yet
     has_contents = tensor.HasField("contents")
@@ -249,10 +252,11 @@ def _encode_head(resp: OipResponse, reply: pb.ModelInferResponse) -> list[bytes 
     reply.model_name = resp.model_name
     reply.model_version = resp.model_version
     reply.id = resp.id
-    try:
-        set_parameters(reply.parameters, resp.parameters)
-    except (TypeError, ValueError) as exc:
-        raise ModelError(f"the model returned an invalid response parameter: {exc}") from exc
+    if resp.parameters:
+        try:
+            set_parameters(reply.parameters, resp.parameters)
+        except (TypeError, ValueError) as exc:
+            raise ModelError(f"the model returned an invalid response parameter: {exc}") from exc
     buffers = []
     for tensor in resp.outputs:
         array = tensor.array

@@ -9,6 +9,7 @@ fields in any order): one copy out, none in.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -33,12 +34,22 @@ def _varint(data: memoryview, pos: int) -> tuple[int, int]:
 
 
 def encode_varint(value: int) -> bytes:
+    if value < 0x80:  # one or two bytes (tags, and lengths below 16 KiB) without a loop: the usual case
+        return bytes((value,))
+    if value < 0x4000:
+        return bytes(((value & 0x7F) | 0x80, value >> 7))
     out = bytearray()
     while value > 0x7F:
         out.append((value & 0x7F) | 0x80)
         value >>= 7
     out.append(value)
     return bytes(out)
+
+
+@functools.cache
+def _length_delimited_tag(number: int) -> bytes:
+    """The key of field `number` as a length-delimited field (cached: a reply writes it per request)."""
+    return encode_varint((number << 3) | _LENGTH_DELIMITED)
 
 
 def split_field(raw: bytes, number: int) -> tuple[bytes, list[memoryview]]:
@@ -102,7 +113,7 @@ class SerializedWithRaw:
 
     def __init__(self, message: Any, number: int, buffers: Sequence[BytesLike]) -> None:
         self._message = message
-        self._tag = encode_varint((number << 3) | _LENGTH_DELIMITED)
+        self._tag = _length_delimited_tag(number)
         self._buffers = buffers
 
     def SerializeToString(self) -> bytes:  # protobuf's name: the boundary calls it

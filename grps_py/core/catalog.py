@@ -83,6 +83,8 @@ class Catalog:
         self._nodes = nodes
         self._dag = dag
         self._cache: dict[str, ModelEntry] = {}
+        # (name, version) as requested -> its final entry: one lookup per request once models are loaded.
+        self._by_request: dict[tuple[str, str], ModelEntry] = {}
         self._versions: dict[str, list[str]] = {}
         for node in nodes.values():
             self._versions.setdefault(node.settings.name, []).append(node.settings.version)
@@ -101,6 +103,9 @@ class Catalog:
         return list(self._versions.get(name, ()))
 
     def entry(self, name: str, version: str = "") -> ModelEntry:
+        found = self._by_request.get((name, version))
+        if found is not None:
+            return found
         versions = self._versions.get(name)
         if not versions:
             raise ModelNotFound(f"unknown model '{name}'; served models: {', '.join(self.names())}")
@@ -108,14 +113,15 @@ class Catalog:
             raise ModelNotFound(
                 f"unknown version '{version}' of model '{name}'; versions: {', '.join(versions)}"
             )
-        version = version or versions[-1]
-        key = f"{name}-{version}"
+        key = f"{name}-{version or versions[-1]}"
         cached = self._cache.get(key)
         if cached is not None:
+            self._by_request[(name, version)] = cached
             return cached
         entry = self._build(key)
         if self._signature_final(key):
             self._cache[key] = entry
+            self._by_request[(name, version)] = entry
         return entry
 
     def _signature_final(self, key: str) -> bool:

@@ -81,28 +81,33 @@ class OipDataplane:
 
         The `timeout` parameter (microseconds) shortens the transport's deadline; `priority` picks the
         priority level (0: the model's default)."""
-        timeout_us = _int_parameter(request.parameters, "timeout")
-        if timeout_us:
-            deadline_s = min(deadline_s, timeout_us / 1e6) if deadline_s is not None else timeout_us / 1e6
+        parameters = request.parameters
+        priority = 0
+        if parameters:  # most requests send none
+            timeout_us = _int_parameter(parameters, "timeout")
+            if timeout_us:
+                deadline_s = min(deadline_s, timeout_us / 1e6) if deadline_s is not None else timeout_us / 1e6
+            priority = _int_parameter(parameters, "priority")
         return GrpsContext(
             streaming=streaming,
             deadline_s=deadline_s,
             request_id=rid,
-            parameters=request.parameters,
-            priority=_int_parameter(request.parameters, "priority"),
+            parameters=parameters,
+            priority=priority,
         )
 
     def _prepare(
         self, name: str, version: str, request: OipRequest, ctx: GrpsContext
     ) -> tuple[ModelEntry, InferRequest]:
-        entry = self.catalog.entry(name, version)
-        known = {spec.name for spec in entry.outputs}
-        for wanted in request.outputs:
-            if known and wanted.name not in known:
-                raise InvalidInput(_unknown_output(wanted.name, entry, sorted(known)))
+        entry = self.executor.catalog.entry(name, version)  # not the property: a call less per request
+        if request.outputs:
+            known = {spec.name for spec in entry.outputs}
+            for wanted in request.outputs:
+                if known and wanted.name not in known:
+                    raise InvalidInput(_unknown_output(wanted.name, entry, sorted(known)))
         if entry.takes_messages:
             messages_can_carry(request.inputs)
-        payload = Payload.of_tensors(request.inputs)
+        payload = Payload(PayloadKind.TENSORS, request.inputs)
         return entry, InferRequest(payload, ctx, entry.key, ctx.request_id, self.protocol)
 
     async def infer(self, name: str, version: str, request: OipRequest, ctx: GrpsContext) -> OipResponse:
@@ -135,8 +140,13 @@ class OipDataplane:
         kind = payload.kind
         if kind is PayloadKind.MESSAGE:
             return self._tensors(entry, self.executor.bridge.from_message(payload.value))
-        if kind is PayloadKind.TENSORS:
-            return [Tensor(t.name or f"{_DEFAULT_OUTPUT}_{i}", t.array) for i, t in enumerate(payload.value)]
+        if kind is PayloadKind.TENSORS:  # a named numpy tensor is already one (the usual answer)
+            return [
+                t
+                if t.name and type(t.data) is np.ndarray
+                else Tensor(t.name or f"{_DEFAULT_OUTPUT}_{i}", t.array)
+                for i, t in enumerate(payload.value)
+            ]
         name = entry.outputs[0].name if entry.outputs else _DEFAULT_OUTPUT
         if kind is PayloadKind.TEXT:
             return [Tensor(name, _one_bytes(payload.value.encode()))]

@@ -8,7 +8,7 @@ model code runs. Transport-free: the logging filter and the core both read it.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar, Token
 
@@ -17,18 +17,12 @@ MAX_ID_CHARS = 64
 _current: ContextVar[str] = ContextVar("grps_request_id", default="")
 
 
-def current() -> str:
-    """The id of the request being handled here, or "" outside any request."""
-    return _current.get()
-
-
-def enter(request_id: str) -> Token[str]:
-    """Set the id for the rest of the current task (or thread, until `leave`)."""
-    return _current.set(request_id)
-
-
-def leave(token: Token[str]) -> None:
-    _current.reset(token)
+# The context variable's own methods, not functions around them: a few calls less per request.
+current: Callable[[], str] = _current.get
+"""The id of the request being handled here, or "" outside any request."""
+enter: Callable[[str], Token[str]] = _current.set
+"""Set the id for the rest of the current task (or thread, until `leave`)."""
+leave: Callable[[Token[str]], None] = _current.reset
 
 
 @contextmanager

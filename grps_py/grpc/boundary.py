@@ -42,7 +42,9 @@ from grps_py.request_ids import new_request_id
 log = logging.getLogger("grps_py.grpc")
 client_log = logging.getLogger(ACCESS_LOGGER)  # client mistakes: per request, silent with log.access off
 F = TypeVar("F", bound=Callable[..., Any])
+Handler = Callable[[Any, grpc.aio.ServicerContext], Any]  # (raw request or requests, context)
 BOUNDARY_MARK = "__grps_rpc_boundary__"
+_BIND = "__grps_rpc_bind__"
 REQUEST_ID_KEY = "x-request-id"
 AUTHORIZATION_KEY = "authorization"
 CANCELLED_STATUS = status.ERROR_TABLE[errors.Cancelled].http
@@ -190,7 +192,8 @@ class CallRecord:
         """An inference request: named by its OIP `id` unless the client named it, and now in flight."""
         if not self.info.inference:
             return
-        chosen = "" if self.named else request_scope.client_request_id(service.client_request_id(request))
+        body_id = "" if self.named else service.client_request_id(request)
+        chosen = request_scope.client_request_id(body_id) if body_id else ""
         if chosen:
             self.request_id = chosen
             self.announce(context)
@@ -214,6 +217,8 @@ class CallRecord:
         self._finished = True
         if self.info.inference and self.model is None:
             self.start("")  # failed before its model was known: still one start, one finish
+        error, status = self.error, self.status
+        reason = None if error is None and status < 400 else telemetry.reason_of(error, status)
         self._telemetry.request_finished(
             telemetry.RequestRecord(
                 request_id=self.request_id,
@@ -221,8 +226,8 @@ class CallRecord:
                 route=self.info.route,
                 model=self.model or "",
                 inference=self.info.inference,
-                status=self.status,
-                reason=telemetry.reason_of(self.error, self.status),
+                status=status,
+                reason=reason,
                 started=self._started,
                 duration_s=time.perf_counter() - self._clock,
                 bytes_in=self.bytes_in,
@@ -255,24 +260,88 @@ async def parsed_requests(
 def rpc_boundary(method: F) -> F:
     """Wrap a servicer method: (self, request, context, request_id) -> response or async stream, registered
     as raw bytes in and out. A bidirectional method gets (message, size) pairs and yields serialized
-    answers (its requests' records are its own)."""
+    answers (its requests' records are its own).
+
+    The server registers `handler(service, name)`: the RPC with its service and facts bound once. The
+    wrapped method itself does the same for whoever calls it directly."""
     rpc = method.__name__
     if inspect.isasyncgenfunction(method):
+        bind = _streaming_rpc(method, rpc)
 
         @functools.wraps(method)
         async def streaming(self: Any, raw: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[bytes]:
-            info = rpc_info(self, rpc)
+            async for data in bind(self)(raw, context):
+                yield data
+
+        wrapped: Any = streaming
+    else:
+        bind = _unary_rpc(method, rpc)
+
+        @functools.wraps(method)
+        async def unary(self: Any, raw: bytes, context: grpc.aio.ServicerContext) -> bytes:
+            data: bytes = await bind(self)(raw, context)
+            return data
+
+        wrapped = unary
+    setattr(wrapped, BOUNDARY_MARK, True)
+    setattr(wrapped, _BIND, bind)
+    return wrapped  # type: ignore[no-any-return]
+
+
+def handler(service: Service, name: str) -> Handler:
+    """The RPC `name` of `service` as the server registers it: a plain function (not a bound method, which
+    costs grpc a call more per request to inspect) that looks up nothing per request."""
+    bind: Callable[[Service], Handler] = getattr(getattr(type(service), name), _BIND)
+    return bind(service)
+
+
+def _unary_rpc(method: Callable[..., Any], rpc: str) -> Callable[[Service], Handler]:
+    def bind(service: Service) -> Handler:
+        info = rpc_info(service, rpc)
+        checked = needs_check(service, info)
+
+        async def unary(raw: bytes, context: grpc.aio.ServicerContext) -> bytes:
+            call = _open(service, info, raw, context)
+            try:
+                if checked:
+                    check_access(service, info, context)
+                request = info.parse(raw)
+                call.identify(service, request, context)
+                data: bytes = (await method(service, request, context, call.request_id)).SerializeToString()
+                call.bytes_out = len(data)
+                return data
+            except Exception as exc:
+                call.fail(exc)
+                await _abort(context, exc, call.request_id, rpc)
+                raise  # not reached: abort raises
+            except BaseException:  # the client cancelled
+                call.cancelled()
+                raise
+            finally:
+                call.finish()
+
+        return unary
+
+    return bind
+
+
+def _streaming_rpc(method: Callable[..., Any], rpc: str) -> Callable[[Service], Handler]:
+    def bind(service: Service) -> Handler:
+        info = rpc_info(service, rpc)
+        checked = needs_check(service, info)
+
+        async def streaming(raw: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[bytes]:
             if info.client_streaming:
-                async for data in _bidirectional(method, self, info, raw, context):
+                async for data in _bidirectional(method, service, info, raw, context):
                     yield data
                 return
-            call = _open(self, info, raw, context)
+            call = _open(service, info, raw, context)
             try:
-                if needs_check(self, info):
-                    check_access(self, info, context)
+                if checked:
+                    check_access(service, info, context)
                 request = info.parse(raw)
-                call.identify(self, request, context)
-                async for item in method(self, request, context, call.request_id):
+                call.identify(service, request, context)
+                async for item in method(service, request, context, call.request_id):
                     data = item.SerializeToString()
                     call.bytes_out += len(data)
                     yield data
@@ -285,33 +354,9 @@ def rpc_boundary(method: F) -> F:
             finally:
                 call.finish()
 
-        setattr(streaming, BOUNDARY_MARK, True)
-        return streaming  # type: ignore[return-value]
+        return streaming
 
-    @functools.wraps(method)
-    async def unary(self: Any, raw: bytes, context: grpc.aio.ServicerContext) -> bytes:
-        info = rpc_info(self, rpc)
-        call = _open(self, info, raw, context)
-        try:
-            if needs_check(self, info):
-                check_access(self, info, context)
-            request = info.parse(raw)
-            call.identify(self, request, context)
-            data: bytes = (await method(self, request, context, call.request_id)).SerializeToString()
-            call.bytes_out = len(data)
-            return data
-        except Exception as exc:
-            call.fail(exc)
-            await _abort(context, exc, call.request_id, rpc)
-            raise  # not reached: abort raises
-        except BaseException:  # the client cancelled
-            call.cancelled()
-            raise
-        finally:
-            call.finish()
-
-    setattr(unary, BOUNDARY_MARK, True)
-    return unary  # type: ignore[return-value]
+    return bind
 
 
 async def _bidirectional(

@@ -46,7 +46,7 @@ class OipService:
 
     def model_key(self, request: pb.ModelInferRequest) -> str:
         try:
-            return self.dataplane.entry(request.model_name, request.model_version).key
+            return self.executor.catalog.entry(request.model_name, request.model_version).key
         except GrpsError:
             return ""
 

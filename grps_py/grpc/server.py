@@ -11,6 +11,7 @@ signed by that CA.
 from __future__ import annotations
 
 import ssl
+from collections.abc import Sequence
 from typing import Any
 
 import grpc
@@ -19,7 +20,7 @@ from grps_py.core.config import ServerSettings
 from grps_py.core.errors import ConfigError
 from grps_py.core.executor import Executor
 from grps_py.core.protection import TlsSettings
-from grps_py.grpc.boundary import Service
+from grps_py.grpc.boundary import Service, handler
 from grps_py.grpc.grps_service import GrpsService
 from grps_py.grpc.oip_service import OipService
 from grps_py.http.auth import AccessGuard
@@ -32,18 +33,36 @@ _HANDLER_KINDS: dict[tuple[bool, bool], Any] = {  # (client streaming, server st
 }
 
 
-def add_service(server: grpc.aio.Server, servicer: Service) -> None:
-    """Register every rpc of the servicer's service with raw bytes in and out (no (de)serializer): its
+class _Routes(grpc.GenericRpcHandler):  # type: ignore[misc]
+    """Every service's methods in one table: grpc.aio asks each generic handler in turn, per request, so
+    one handler for all services answers with one lookup."""
+
+    def __init__(self) -> None:
+        self._by_route: dict[str, grpc.RpcMethodHandler] = {}
+
+    def add(self, service: str, handlers: dict[str, grpc.RpcMethodHandler]) -> None:
+        for method, method_handler in handlers.items():
+            self._by_route[f"/{service}/{method}"] = method_handler
+
+    def service(self, handler_call_details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler | None:
+        return self._by_route.get(handler_call_details.method)
+
+
+def add_services(server: grpc.aio.Server, servicers: Sequence[Service]) -> None:
+    """Register every rpc of the servicers' services with raw bytes in and out (no (de)serializer): its
     boundary parses each request and serializes each answer, so it knows their sizes at no extra cost."""
-    handlers = {
-        method.name: _HANDLER_KINDS[(method.client_streaming, method.server_streaming)](
-            getattr(servicer, method.name)
-        )
-        for method in servicer.SERVICE.methods
-    }
-    name = servicer.SERVICE.full_name
-    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(name, handlers),))
-    server.add_registered_method_handlers(name, handlers)
+    routes = _Routes()
+    for servicer in servicers:
+        handlers = {
+            method.name: _HANDLER_KINDS[(method.client_streaming, method.server_streaming)](
+                handler(servicer, method.name)
+            )
+            for method in servicer.SERVICE.methods
+        }
+        name = servicer.SERVICE.full_name
+        routes.add(name, handlers)
+        server.add_registered_method_handlers(name, handlers)
+    server.add_generic_rpc_handlers((routes,))
 
 
 def grpc_message_limit(settings: ServerSettings) -> int:
@@ -82,8 +101,7 @@ def build_grpc_server(executor: Executor, settings: ServerSettings) -> tuple[grp
         maximum_concurrent_rpcs=settings.max_connections,
     )
     guard = AccessGuard(settings.security)
-    add_service(server, GrpsService(executor, guard))
-    add_service(server, OipService(executor, guard))
+    add_services(server, [GrpsService(executor, guard), OipService(executor, guard)])
     host = settings.interface.host
     address = (
         f"[{host}]:{settings.interface.grpc_port}"

@@ -57,3 +57,20 @@ def test_declared_signature_and_config(catalog: Catalog) -> None:
     unbatched = model_config(catalog.entry("typed"))
     assert unbatched["max_batch_size"] == 0 and unbatched["input"][0]["dims"] == [-1, 3]
     assert unbatched["input"][1]["data_type"] == "TYPE_INT64"
+
+
+def test_an_entry_is_kept_once_its_models_are_loaded() -> None:
+    project = load_project(BASIC)
+    executor = Executor(project.server, project.inference, GrpsMessageBridge())
+    try:
+        catalog = executor.catalog
+        assert catalog.entry("versioned") is not catalog.entry("versioned")  # not final: built each time
+        for node in executor.nodes.values():
+            node.loaded = True
+        final = catalog.entry("versioned")
+        assert catalog.entry("versioned") is final and catalog.entry("versioned", "10") is final
+        assert catalog.entry("versioned", "9").key == "versioned-9"
+        with pytest.raises(ModelNotFound, match="versions: 9, 10"):
+            catalog.entry("versioned", "8")
+    finally:
+        executor.close()
