@@ -184,8 +184,9 @@ class Executor:
         # _admitted() written out: the hot path, and a generator-based context manager costs a few calls
         if not self._loaded:
             raise ModelNotReady("models are still loading")
+        if self._in_flight == 0:  # the event is set only while nothing is in flight
+            self._idle.clear()
         self._in_flight += 1
-        self._idle.clear()
         try:
             payload = await target.run(request.payload, request.context)
         finally:

@@ -212,7 +212,7 @@ class ModelNode:
 
     # -- payload <-> what the converter speaks -------------------------------------------------
     def converter_input(self, payload: Payload) -> Any:
-        if self.converter.speaks_messages:
+        if self.instances[0].converter.speaks_messages:  # self.converter, without a property call per request
             if payload.kind is PayloadKind.MESSAGE:
                 return payload.value
             return self._bridge.to_message(payload)

@@ -179,7 +179,7 @@ class ModelScheduler:
         ctx.on_cancel(item.future.cancel)
         instance = self._free_instance()
         if not self.batching and not self._pending and instance is not None and self._may_start(instance):
-            self._start(instance, [item], item.enqueued)  # nothing to choose from: skip the dispatcher
+            self._start(loop, instance, [item], item.enqueued)  # nothing to choose from: skip the dispatcher
         else:
             self._pending.append(item)
             self._wake.set()
@@ -301,7 +301,7 @@ class ModelScheduler:
                 return wait_s
             for item in batch:
                 self._remove(item)
-            self._start(instance, batch, now)
+            self._start(loop, instance, batch, now)
         return None
 
     def _may_start(self, instance: ModelInstance) -> bool:
@@ -316,7 +316,9 @@ class ModelScheduler:
                 best = instance
         return best if best is not None and best.active < self._depth else None
 
-    def _start(self, instance: ModelInstance, batch: list[QueueItem], now: float) -> None:
+    def _start(
+        self, loop: asyncio.AbstractEventLoop, instance: ModelInstance, batch: list[QueueItem], now: float
+    ) -> None:
         """Hand a batch (out of the queue) to an instance. On a busy instance's thread it is prefetched:
         it starts when the thread is done with the running one."""
         idle = instance.active == 0
@@ -327,7 +329,6 @@ class ModelScheduler:
         if idle:
             self._limit.acquire()
         self._dispatched.append(dispatch)
-        loop = asyncio.get_running_loop()
         if len(batch) == 1 and not instance.is_async and not (self.batching and instance.batches_whole):
             self._run_in_thread(loop, dispatch, now)
             return
@@ -340,13 +341,13 @@ class ModelScheduler:
         hot path of an unbatched model, without a task or a future of its own."""
 
         def ran(outcome: Outcome) -> None:  # on the loop
-            request_scope.enter(batch_scope(dispatch.items))  # this callback's own context
-            self._complete(dispatch, started, [outcome])
+            request_scope.enter(dispatch.items[0].ctx.request_id)  # this callback's own context
+            self._complete(loop, dispatch, started, [outcome])
 
         try:
             dispatch.instance.pool.call(loop, _run_one, dispatch, ran)
         except RuntimeError as exc:  # the instance's thread is gone (shutdown)
-            self._complete(dispatch, started, [(None, exc)])
+            self._complete(loop, dispatch, started, [(None, exc)])
 
     def _effective_level(self, item: QueueItem, now: float) -> int:
         return item.level - int((now - item.enqueued) / self._aging_s)
@@ -387,21 +388,27 @@ class ModelScheduler:
             raise
         except Exception as exc:  # the instance's thread pool is gone (shutdown)
             outcomes = [(None, exc)] * len(batch)
-        self._complete(dispatch, started, outcomes)
+        self._complete(loop, dispatch, started, outcomes)
 
-    def _complete(self, dispatch: Dispatch, started: float, outcomes: list[Outcome]) -> None:
+    def _complete(
+        self, loop: asyncio.AbstractEventLoop, dispatch: Dispatch, started: float, outcomes: list[Outcome]
+    ) -> None:
         """The instance is done with a dispatch: answer the requests that ran in it."""
         self._returned(dispatch)
         batch = dispatch.items
         ran = [(item, outcome) for item, outcome in zip(batch, outcomes, strict=True) if item.run is dispatch]
         if not ran:
             return  # everything in it was taken back before it started
-        compute_s = asyncio.get_running_loop().time() - started
+        compute_s = loop.time() - started
         queue_s = [started - item.enqueued for item, _ in ran]
-        self._observer.batch_ran(self.key, sum(item.rows for item, _ in ran), queue_s, compute_s, self.depth)
+        rows = 0
+        for item, _ in ran:  # not sum() over a generator: this runs per request
+            rows += item.rows
+        self._observer.batch_ran(self.key, rows, queue_s, compute_s, self.depth)
         for item, (out, err) in ran:
             item.run = None  # no reference cycles left for the GC: item -> dispatch -> item
-            _stop_timer(item)
+            if item.timer is not None:
+                _stop_timer(item)
             item.ctx.postprocess = None  # the instance's closure holds the context
             if item.future.done():  # the caller gave up, or its deadline answered it, while it ran
                 continue
