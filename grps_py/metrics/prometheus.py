@@ -10,6 +10,7 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from grps_py.core import telemetry
+from grps_py.metrics.fast_counter import CounterFamily, FastCounter
 from grps_py.metrics.fast_histogram import HistogramFamily
 
 # Seconds, 0.5 ms .. 60 s: covers a fast ONNX model and a slow generation alike.
@@ -42,11 +43,11 @@ class Families:
 
     def __init__(self, registry: CollectorRegistry) -> None:
         mv, mvp = ("model", "version"), ("model", "version", "protocol")
-        self.requests = Counter(
+        self.requests = CounterFamily(  # counted per request: no lock, no checks (fast_counter.py)
             "grps_requests",
             "Inference requests answered, by outcome and failure reason.",
             (*mvp, "outcome", "reason"),
-            registry=registry,
+            registry,
         )
         self.duration = HistogramFamily(
             "grps_request_duration_seconds",
@@ -113,12 +114,12 @@ class ProtocolMetrics:
         self._families = families
         self._labels = (model, version, protocol)
         self.success = families.requests.labels(model, version, protocol, SUCCESS, "")
-        self.failures: dict[str, Counter] = {}
+        self.failures: dict[str, FastCounter] = {}
         self.duration = families.duration.labels(*self._labels)
         self.streamed = families.streamed.labels(*self._labels)
         self.first_message = families.first_message.labels(*self._labels)
 
-    def failure(self, reason: str) -> Counter:
+    def failure(self, reason: str) -> FastCounter:
         child = self.failures.get(reason)
         if child is None:
             label = reason if reason in _REASONS else telemetry.INTERNAL  # keep the label set bounded
