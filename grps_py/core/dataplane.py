@@ -57,7 +57,7 @@ class OipDataplane:
         return self.executor.is_ready()
 
     def entry(self, name: str, version: str = "") -> ModelEntry:
-        return self.catalog.entry(name, version)
+        return self.executor.catalog.entry(name, version)  # not the property: per request
 
     def model_ready(self, name: str, version: str = "") -> bool:
         """Ready when the server is (online, loaded) and so is every node behind the model."""

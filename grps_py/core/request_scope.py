@@ -42,6 +42,6 @@ def batch_id(request_ids: Iterable[str]) -> str:
 def client_request_id(text: object) -> str:
     """An id a client chose (X-Request-Id, x-request-id metadata, an OIP `id`), when it is fit for a log
     line and a header: printable ASCII, at most 64 characters kept. "" when it is not."""
-    if not isinstance(text, str) or not text or not text.isascii() or not text.isprintable():
+    if text is None or not isinstance(text, str) or not text or not text.isascii() or not text.isprintable():
         return ""
     return text[:MAX_ID_CHARS]

@@ -29,11 +29,14 @@ class TensorSpec:
     name: str
     datatype: str | None = None
     shape: tuple[int, ...] | None = None
-    # (index, size) of each fixed dimension: `fits` runs per request, so the -1s are skipped once here.
+    # The rank and the (index, size) of each fixed dimension: `fits` runs per request, so they are
+    # worked out once here.
+    _rank: int = field(init=False, repr=False, compare=False)
     _fixed: tuple[tuple[int, int], ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         fixed = tuple((i, size) for i, size in enumerate(self.shape or ()) if size >= 0)
+        object.__setattr__(self, "_rank", len(self.shape or ()))
         object.__setattr__(self, "_fixed", fixed)
 
     def describe_shape(self) -> str:
@@ -43,7 +46,7 @@ class TensorSpec:
         """Whether a tensor of `shape` has the declared rank and fixed dimensions."""
         if self.shape is None:
             return True
-        if len(shape) != len(self.shape):
+        if len(shape) != self._rank:
             return False
         for index, size in self._fixed:  # noqa: SIM110 (a loop: all() would build a generator per call)
             if shape[index] != size:
