@@ -298,18 +298,18 @@ class ModelNode:
             if is_gpu_oom(exc):
                 self._observer.gpu_oom(self.key)
             raise ModelError(public_failure(self.key, exc, self._secrets)) from exc
-        self.raise_if_reported(ctx)
+        if ctx.has_err():  # grps model code reports errors through its context rather than by raising
+            self._raise_reported(ctx)
         try:
             return self.converter_output(out)
         except ModelError as exc:
             log.error("%s", exc.public_message, extra={"request_id": ctx.request_id})
             raise
 
-    def raise_if_reported(self, ctx: GrpsContext) -> None:
-        """grps model code reports errors through its context rather than by raising."""
-        if ctx.has_err():
-            msg = scrub(ctx.get_err_msg(), self._secrets, _MAX_REPORTED_CHARS)
-            raise ModelError(msg or f"model '{self.key}' reported an error")
+    def _raise_reported(self, ctx: GrpsContext) -> None:
+        """The error model code reported through its context, as a ModelError."""
+        msg = scrub(ctx.get_err_msg(), self._secrets, _MAX_REPORTED_CHARS)
+        raise ModelError(msg or f"model '{self.key}' reported an error")
 
 
 def _odd_values(array: np.ndarray[Any, Any]) -> str | None:
