@@ -139,29 +139,40 @@ class Exchange(httputil.HTTPConnection):
 
     def _deliver(self, piece: bytes | None) -> None:
         delegate = self._delegate
-        assert delegate is not None
+        if delegate is None:  # answered and released already: the rest of the body is not wanted
+            return
         if piece is not None:
             if not self.write_finished:
                 delegate.data_received(piece)
             return
         self.read_finished = True
         self.connection.body_done(self)
-        if not self.write_finished:
-            try:
-                delegate.finish()
-            except Exception:
-                app_log.error("Uncaught exception", exc_info=True)
-                self.connection.close()
+        if self.write_finished:
+            self._release()
+            return
+        try:
+            delegate.finish()
+        except Exception:
+            app_log.error("Uncaught exception", exc_info=True)
+            self.connection.close()
 
     def connection_lost(self) -> None:
         """Tell whoever listens that the connection closed before this exchange was done."""
-        if self._delegate is None or self.write_finished:
+        delegate, callback = self._delegate, self._close_callback
+        self._release()
+        if delegate is None or self.write_finished:
             return
         if not self.read_finished:
-            self._delegate.on_connection_close()
-        elif self._close_callback is not None:
-            callback, self._close_callback = self._close_callback, None
+            delegate.on_connection_close()
+        elif callback is not None:
             callback()
+
+    def _release(self) -> None:
+        """Let go of the handler: the request holds this exchange as its connection, and the cycle
+        would keep the request's body (megabytes, maybe) until the cyclic GC came by."""
+        self._delegate = None
+        self._close_callback = None
+        self._pending = []
 
     # -- the answer, out (Tornado's HTTPConnection) ---------------------------------------------
     def set_close_callback(self, callback: Callable[[], None] | None) -> None:
@@ -239,8 +250,9 @@ class Exchange(httputil.HTTPConnection):
         if self._chunking:
             connection.write(b"0\r\n\r\n")
         self.write_finished = True
-        self._close_callback = None
-        if not self.read_finished:
+        if self.read_finished:
+            self._release()
+        else:
             self.disconnect_on_finish = True  # answered before its body was read: the rest is not read
         connection.exchange_done(self)
 
