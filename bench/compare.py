@@ -6,8 +6,9 @@
 
 Every server serves the same identity model (input x, FP32, comes back as y) on 127.0.0.1: grps-py
 (bench/projects/identity), the peers of bench/peers.py (each installed into its own virtualenv under
-~/.cache/grps-py-bench on first use), and the transport floor (bench/floor.py: Tornado and grpc.aio
-echoing the request bytes, grps-py's own stack with nothing on top). One bounded async load client
+~/.cache/grps-py-bench on first use), and the transport floor (bench/floor.py: Tornado's HTTPServer and
+grpc.aio echoing the request bytes, nothing on top); over HTTP also `floor-httptools`, the same echo
+carried by grps-py's own connection (httptools), for reference. One bounded async load client
 re-sends pre-built request bodies (bench/load.py) to each server in turn, case by case, round by
 round, so the servers see the same machine at nearly the same time. Each run lasts `--seconds` (plus
 at most REQUEST_TIMEOUT_S for requests in flight).
@@ -54,6 +55,10 @@ BIG_SHAPE = (1, 1 << 20)  # 4 MiB of FP32
 REQUEST_TIMEOUT_S = 30.0
 MAX_MESSAGE_BYTES = 64 << 20
 FLOOR, GRPS = "floor", "grps-py"
+# The same echo, its HTTP carried by grps-py's own connection (httptools) instead of Tornado's: what
+# grps-py's HTTP stack costs with nothing on top, now that it is not Tornado's HTTPServer. For
+# reference; the goals are set against FLOOR, the transport floor as the issue defines it.
+OWN_FLOOR = "floor-httptools"
 
 
 # -- cases ---------------------------------------------------------------------------------------
@@ -156,9 +161,11 @@ class Server:
     stop: Callable[[], None]
     apis: tuple[str, ...] = ("oip",)
     version: str = ""
+    transports: tuple[str, ...] = ("http", "grpc")
 
     def takes(self, case: Case) -> bool:
-        return case.api in self.apis and (self.binary_http or not case.binary)
+        wanted = case.api in self.apis and case.transport in self.transports
+        return wanted and (self.binary_http or not case.binary)
 
     def pids(self) -> list[int]:
         return proctree.tree(self.pid)
@@ -227,10 +234,14 @@ def start_variant(spec: str, workdir: Path) -> Server:
     return start_grps(workdir, Path(conf) if conf else None, label, env)
 
 
-def start_floor(workdir: Path) -> Server:
-    cmd = [sys.executable, "bench/floor.py"]
-    proc, http_port, grpc_port = start_process(FLOOR, cmd, workdir, r"listening: http (\d+) grpc (\d+)")
-    return Server(FLOOR, http_port, grpc_port, proc.pid, True, stopper(proc), ("oip", "grps"))
+def start_floor(workdir: Path, name: str = FLOOR) -> Server:
+    own = name == OWN_FLOOR
+    cmd = [sys.executable, "bench/floor.py", "--connection", "grps" if own else "tornado"]
+    proc, http_port, grpc_port = start_process(name, cmd, workdir, r"listening: http (\d+) grpc (\d+)")
+    transports = ("http",) if own else ("http", "grpc")  # its gRPC is the floor's own
+    return Server(
+        name, http_port, grpc_port, proc.pid, True, stopper(proc), ("oip", "grps"), transports=transports
+    )
 
 
 def start_peer(name: str, workdir: Path) -> Server:
@@ -388,7 +399,7 @@ def fmt_ratio(a: float | None, b: float | None) -> str:
 
 def report(servers: list[Server], results: Results, args: argparse.Namespace) -> str:
     names = [s.name for s in servers]
-    peers = [s.name for s in servers if s.name not in (GRPS, FLOOR) and "grps" not in s.apis]
+    peers = [s.name for s in servers if "grps" not in s.apis]
     lines = ["### Requests/s (median), p50 / p99 ms", ""]
     head = ["case", "C", *names, "grps-py / floor", "grps-py / best peer", "grps-py / triton"]
     lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
@@ -561,6 +572,7 @@ def started(args: argparse.Namespace, workdir: Path, results: Results) -> Iterat
     try:
         print("starting the floor and grps-py", file=sys.stderr, flush=True)
         servers.append(start_floor(workdir))
+        servers.append(start_floor(workdir, OWN_FLOOR))
         servers.append(start_grps(workdir, args.grps_conf))
         for spec in args.variant:
             servers.append(start_variant(spec, workdir))
