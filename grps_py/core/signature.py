@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from grps_py.core.datatypes import BYTES, datatype_of
+from grps_py.core.datatypes import BYTES, OIP_DTYPES, datatype_of
 from grps_py.core.errors import InvalidInput
 from grps_py.core.types import Tensor
 
@@ -29,13 +29,15 @@ class TensorSpec:
     name: str
     datatype: str | None = None
     shape: tuple[int, ...] | None = None
-    # The rank and the (index, size) of each fixed dimension: `fits` runs per request, so they are
-    # worked out once here.
+    # The datatype's numpy dtype, the rank and the (index, size) of each fixed dimension: the checks
+    # run per request, so they are worked out once here.
+    _dtype: np.dtype[Any] | None = field(init=False, repr=False, compare=False)
     _rank: int = field(init=False, repr=False, compare=False)
     _fixed: tuple[tuple[int, int], ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         fixed = tuple((i, size) for i, size in enumerate(self.shape or ()) if size >= 0)
+        object.__setattr__(self, "_dtype", OIP_DTYPES.get(self.datatype or ""))
         object.__setattr__(self, "_rank", len(self.shape or ()))
         object.__setattr__(self, "_fixed", fixed)
 
@@ -65,7 +67,8 @@ def array_datatype(array: np.ndarray[Any, Any]) -> str:
 def check_input(spec: TensorSpec, tensor: Tensor) -> None:
     """The tensor's datatype, rank and fixed dimensions must match its declaration."""
     array = tensor.array
-    if spec.datatype is not None:
+    # The declared dtype itself needs no lookup; anything else (another byte order, str for BYTES) does.
+    if spec.datatype is not None and (spec._dtype is None or array.dtype != spec._dtype):
         got = datatype_of(array.dtype)
         if got != spec.datatype:
             raise InvalidInput(

@@ -11,6 +11,7 @@ from grps_py.core.errors import InvalidInput
 from grps_py.core.signature import (
     DeclaredInputs,
     TensorSpec,
+    check_input,
     check_inputs,
     messages_can_carry,
     name_outputs,
@@ -92,6 +93,13 @@ def test_declared_inputs_check_as_check_inputs(arrays: dict[str, np.ndarray]) ->
         return
     got = DeclaredInputs(SPECS).check(given, "m")
     assert got == expected and got is not given
+
+
+def test_an_input_of_the_declared_datatype_in_another_form_passes() -> None:
+    check_input(TensorSpec("s", "BYTES", (1,)), Tensor("s", np.array(["a"])))  # str for BYTES
+    check_input(TensorSpec("a", "FP32"), Tensor("a", np.zeros(2, ">f4")))  # another byte order
+    with pytest.raises(InvalidInput, match="expects datatype FP32, got FP64"):
+        check_input(TensorSpec("a", "FP32"), Tensor("a", np.zeros(2, ">f8")))
 
 
 def test_fits_checks_rank_and_fixed_dims() -> None:
