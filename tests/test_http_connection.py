@@ -1,15 +1,19 @@
 """The HTTP/1.1 connection (grps_py/http/connection.py) spoken to byte by byte over raw sockets:
-pipelining, keep-alive rules, 100-continue, chunked bodies both ways, malformed requests."""
+pipelining (also cut at any points, with hypothesis), keep-alive rules, 100-continue, chunked bodies
+both ways, malformed requests."""
 
 from __future__ import annotations
 
 import gc
+import itertools
 import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from tornado.httputil import HTTPServerRequest
 
 from support import BASIC, LIGHT_INFERENCE, ServerThread, start_project
@@ -212,3 +216,45 @@ def test_an_answered_request_is_freed_without_the_cyclic_gc(server: ServerThread
     finally:
         gc.enable()
     assert kept == []
+
+
+def chunked_request(body: bytes, sizes: list[int]) -> bytes:
+    """`body` sent with Transfer-Encoding: chunked, in pieces of the given sizes (the rest in one)."""
+    head = f"POST {ECHO} HTTP/1.1\r\nHost: x\r\nContent-Type: application/octet-stream\r\n"
+    framed, at = b"", 0
+    for size in [*sizes, len(body)]:
+        piece = body[at : at + max(1, size)]
+        if piece:
+            framed += b"%x\r\n%b\r\n" % (len(piece), piece)
+        at += len(piece)
+    return head.encode() + b"Transfer-Encoding: chunked\r\n\r\n" + framed + b"0\r\n\r\n"
+
+
+@settings(max_examples=40, deadline=None, database=None)
+@given(
+    requests=st.lists(
+        st.tuples(
+            st.binary(min_size=1, max_size=3000), st.none() | st.lists(st.integers(1, 700), max_size=4)
+        ),
+        min_size=1,
+        max_size=5,
+    ),
+    cuts=st.lists(st.integers(0, 20_000), max_size=6),
+)
+def test_any_requests_pipelined_and_split_anywhere_are_answered_in_order(
+    server: ServerThread, requests: list[tuple[bytes, list[int] | None]], cuts: list[int]
+) -> None:
+    """Requests (with a Content-Length or chunked) sent back to back, the bytes cut at any points:
+    each is answered, in order, with its own body."""
+    stream = b"".join(
+        echo_request(body) if sizes is None else chunked_request(body, sizes) for body, sizes in requests
+    )
+    points = sorted({0, len(stream), *(cut % (len(stream) + 1) for cut in cuts)})
+    with connect(server) as sock:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        for start, end in itertools.pairwise(points):
+            sock.sendall(stream[start:end])
+            time.sleep(0.001)
+        reader = Reader(sock)
+        for body, _sizes in requests:
+            assert reader.response()[::2] == (200, body)
