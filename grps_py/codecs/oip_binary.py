@@ -45,9 +45,15 @@ _MAX_ELEMENT_BYTES = 2**32 - 1
 _MAX_HEADER_DIGITS = 20  # more digits than any body length; keeps int() away from huge strings
 
 
+_WIRE_DTYPES: dict[str, np.dtype[Any]] = {}  # filled as datatypes are met (numpy_dtype refuses others)
+
+
 def wire_dtype(datatype: str) -> np.dtype[Any]:
     """The numpy dtype of a fixed-size datatype's wire form: little-endian whatever the host."""
-    return numpy_dtype(datatype).newbyteorder("<")
+    dtype = _WIRE_DTYPES.get(datatype)
+    if dtype is None:
+        dtype = _WIRE_DTYPES[datatype] = numpy_dtype(datatype).newbyteorder("<")
+    return dtype
 
 
 # --- BYTES -------------------------------------------------------------------------------------
