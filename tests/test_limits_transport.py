@@ -241,6 +241,23 @@ def test_idle_connection_is_closed_after_idle_timeout(tmp_path: Path) -> None:
         server.stop()
 
 
+def test_a_head_that_never_ends_is_closed_after_idle_timeout(tmp_path: Path) -> None:
+    """A client sending its headers a little at a time and never finishing (slowloris) is closed at the
+    idle timeout, counted from when the connection opened, not from its last byte."""
+    server = start(tmp_path, "limits:\n  idle_timeout_s: 0.5\n")
+    try:
+        with connect(server) as slow:
+            began = time.monotonic()
+            slow.sendall(b"GET /grps/v1/health/live HTTP/1.1\r\n")
+            with pytest.raises(OSError):
+                while time.monotonic() - began < 10:
+                    slow.sendall(b"X-Slow: 1\r\n")
+                    time.sleep(0.1)
+            assert time.monotonic() - began < 5
+    finally:
+        server.stop()
+
+
 def test_connections_that_close_between_requests_are_forgotten(tmp_path: Path) -> None:
     """The listener keeps no closed connection (under Tornado's connection, nobody was told when a
     connection closed while waiting for its next request's headers; held until the idle timeout, they

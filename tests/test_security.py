@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import socket
 import ssl
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -299,6 +301,20 @@ def test_tls_serves_https_grpc_and_the_metrics_port(tmp_path: Path, certs: dict[
         with grpc.insecure_channel(server.grpc_target) as channel:
             stub = grps_pb2_grpc.GrpsServiceStub(channel)
             assert grpc_code(lambda: stub.CheckLiveness(Msg(), timeout=5)) == grpc.StatusCode.UNAVAILABLE
+    finally:
+        server.stop()
+
+
+def test_a_tls_client_that_never_handshakes_is_closed_after_idle_timeout(
+    tmp_path: Path, certs: dict[str, Path]
+) -> None:
+    server = start(tmp_path, "limits:\n  idle_timeout_s: 0.5\n" + tls_section(certs))
+    try:
+        with socket.create_connection(("127.0.0.1", server.server.http_port), timeout=10) as silent:
+            began = time.monotonic()
+            with contextlib.suppress(ConnectionResetError):  # a reset also says it was closed
+                assert silent.recv(100) == b""  # closed by the server, no handshake ever started
+            assert time.monotonic() - began < 5
     finally:
         server.stop()
 
