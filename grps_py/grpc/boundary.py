@@ -295,6 +295,22 @@ def handler(service: Service, name: str) -> Handler:
     return bind(service)
 
 
+def _admit(
+    service: Service,
+    info: RpcInfo,
+    checked: bool,
+    call: CallRecord,
+    raw: Any,
+    context: grpc.aio.ServicerContext,
+) -> Any:
+    """The call's request, parsed, once the caller may make it (`checked`: the RPC needs a token)."""
+    if checked:
+        check_access(service, info, context)
+    request = info.parse(raw)
+    call.identify(service, request, context)
+    return request
+
+
 def _unary_rpc(method: Callable[..., Any], rpc: str) -> Callable[[Service], Handler]:
     def bind(service: Service) -> Handler:
         info = rpc_info(service, rpc)
@@ -303,10 +319,7 @@ def _unary_rpc(method: Callable[..., Any], rpc: str) -> Callable[[Service], Hand
         async def unary(raw: bytes, context: grpc.aio.ServicerContext) -> bytes:
             call = _open(service, info, raw, context)
             try:
-                if checked:
-                    check_access(service, info, context)
-                request = info.parse(raw)
-                call.identify(service, request, context)
+                request = _admit(service, info, checked, call, raw, context)
                 data: bytes = (await method(service, request, context, call.request_id)).SerializeToString()
                 call.bytes_out = len(data)
                 return data
@@ -337,10 +350,7 @@ def _streaming_rpc(method: Callable[..., Any], rpc: str) -> Callable[[Service], 
                 return
             call = _open(service, info, raw, context)
             try:
-                if checked:
-                    check_access(service, info, context)
-                request = info.parse(raw)
-                call.identify(service, request, context)
+                request = _admit(service, info, checked, call, raw, context)
                 async for item in method(service, request, context, call.request_id):
                     data = item.SerializeToString()
                     call.bytes_out += len(data)
