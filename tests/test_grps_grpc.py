@@ -97,3 +97,16 @@ def test_message_size_limit_applies_to_both_transports(tmp_path: Path) -> None:
         assert httpx.post(url, content=b"x" * 1000, headers=headers).content == b"x" * 1000
     finally:
         server.stop()
+
+
+def test_a_stream_past_its_deadline_frees_its_model(grps_stub: grps_pb2_grpc.GrpsServiceStub) -> None:
+    """The gRPC side of the HTTP test of the same name: whichever comes first at the deadline (the
+    server's own timer or the client's cancel), the model is told and the next stream starts at once."""
+    for _ in range(3):
+        with pytest.raises(grpc.RpcError) as late:
+            list(grps_stub.PredictStreaming(Msg(model="stream-1.0", str_data="300"), timeout=0.3))
+        assert late.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+        began = time.monotonic()
+        first = next(iter(grps_stub.PredictStreaming(Msg(model="stream-1.0", str_data="2"), timeout=30)))
+        assert first.str_data == "chunk 0"
+        assert time.monotonic() - began < 2.0

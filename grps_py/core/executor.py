@@ -206,6 +206,7 @@ class Executor:
             ctx.on_cancel(task.cancel)
             started: float | None = time.perf_counter()
             model_key = self.model_key(request.model)
+            ended = False
             try:
                 while (item := await queue.get()) is not STREAM_END:
                     if isinstance(item, _StreamFailure):
@@ -214,8 +215,11 @@ class Executor:
                     started = None
                     self.telemetry.stream_message(request.protocol, model_key, first_after_s)
                     yield InferResponse(item, model=request.model)
+                ended = True
             finally:
-                if not task.done():
+                if not ended:
+                    # The client left, or the stream failed: at its deadline the model's thread is still
+                    # streaming for nobody, and holds its instance until it sees if_disconnected().
                     ctx.cancel()
                     task.cancel()
 
