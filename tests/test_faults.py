@@ -220,6 +220,27 @@ def test_a_hung_instance_is_reported_and_its_sibling_takes_the_work(faults: Serv
         sys.modules["fault_models"].RELEASE.clear()
 
 
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_a_request_answered_at_its_deadline_tells_its_model(
+    faults: ServerThread, stub: grps_pb2_grpc.GrpsServiceStub, protocol: str
+) -> None:
+    """`patient` would wait 10 s; its deadline is 0.3 s (its default timeout over HTTP, the call's over
+    gRPC, where the client's cancel may come first): answered at the deadline, it sees if_disconnected()
+    and stops, so its instance is free again (over HTTP the client's connection stays open)."""
+    log = sys.modules["fault_models"].PATIENT_LOG
+    log.clear()
+    if protocol == "http":
+        assert predict(faults, "patient", {"str_data": "10"}).status_code == 504
+    else:
+        with pytest.raises(grpc.RpcError) as err:
+            stub.Predict(Msg(model="patient", str_data="10"), timeout=0.3)
+        assert err.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+    until = time.monotonic() + 5
+    while "waited_s" not in log and time.monotonic() < until:
+        time.sleep(0.05)
+    assert log.get("waited_s", 99.0) < 2.0
+
+
 def test_no_answer_shows_a_path_a_traceback_or_a_token() -> None:
     """With access tokens configured, every kind of answer (model failures, reported errors, metadata,
     unknown routes and models, refused callers) is free of them."""

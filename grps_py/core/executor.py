@@ -16,7 +16,7 @@ from grps_py.core.config import InferenceSettings, ServerSettings
 from grps_py.core.context import STREAM_END
 from grps_py.core.dag import Dag
 from grps_py.core.datatypes import numpy_dtype
-from grps_py.core.errors import InvalidInput, ModelNotFound, ModelNotReady
+from grps_py.core.errors import DeadlineExceeded, InvalidInput, ModelNotFound, ModelNotReady
 from grps_py.core.node import ModelNode
 from grps_py.core.observer import FanOut, ModelStats, SchedulerObserver, summary
 from grps_py.core.scheduler import ConcurrencyLimit
@@ -189,6 +189,11 @@ class Executor:
         self._in_flight += 1
         try:
             payload = await target.run(request.payload, request.context)
+        except (DeadlineExceeded, asyncio.CancelledError):
+            # Answered at its deadline, or its client left, while its model may still be running: tell
+            # the model code, which may stop (if_disconnected()) and free its instance.
+            request.context.cancel()
+            raise
         finally:
             self._in_flight -= 1
             if self._in_flight == 0:

@@ -66,6 +66,23 @@ class Hang(ModelInferer):
         return GrpsMessage(str_data=f"done {inp.str_data}")
 
 
+# How long the last `patient` request waited (for tests/test_faults.py).
+PATIENT_LOG: dict[str, float] = {}
+
+
+class Patient(ModelInferer):
+    """Waits `str_data` seconds in 10 ms steps, stopping early once its request is given up
+    (`if_disconnected()`), as well-behaved long-running model code does."""
+
+    def infer(self, inp: GrpsMessage, context: GrpsContext) -> GrpsMessage:
+        began = time.monotonic()
+        until = began + float(inp.str_data or 5)
+        while time.monotonic() < until and not context.if_disconnected():
+            time.sleep(0.01)
+        PATIENT_LOG["waited_s"] = time.monotonic() - began
+        return GrpsMessage(str_data="waited")
+
+
 class WrongType(ModelInferer):
     def infer(self, inp: object, context: GrpsContext) -> object:
         return {"y": object()}
@@ -112,3 +129,4 @@ inferer_register.register("fault_stream_fail", StreamThenFail())
 inferer_register.register("fault_reporter", Reporter())
 inferer_register.register("fault_streamer", Streamer())
 inferer_register.register("fault_identity", Identity())
+inferer_register.register("fault_patient", Patient())
