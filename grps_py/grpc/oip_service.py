@@ -88,11 +88,8 @@ class OipService:
     async def ModelInfer(self, request: pb.ModelInferRequest, context: Ctx, rid: str) -> SerializedWithRaw:
         oip_request = oip_pb.decode_infer_request(request, self.executor.server_settings.limits)
         ctx = self.dataplane.context(oip_request, rid, context.time_remaining())
-        try:
-            response = await self.dataplane.infer(request.model_name, request.model_version, oip_request, ctx)
-        except asyncio.CancelledError:
-            ctx.cancel()  # the client cancelled: the model sees if_disconnected()
-            raise
+        # A client that cancels is told to the model by the executor (if_disconnected()).
+        response = await self.dataplane.infer(request.model_name, request.model_version, oip_request, ctx)
         return oip_pb.encode_infer_reply(response)
 
     @rpc_boundary
