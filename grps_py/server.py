@@ -25,7 +25,7 @@ from grps_py.core.executor import Executor
 from grps_py.core.warmup import Progress
 from grps_py.gpu import apply_gpu_settings, gpu_gc_loop
 from grps_py.grpc.server import build_grpc_server
-from grps_py.http.app import build_app
+from grps_py.http.app import build_app, build_direct_routes
 from grps_py.http.listener import HttpListener
 from grps_py.http.monitor import build_metrics_app
 from grps_py.http.policy import POLICY_SETTING, http_policy
@@ -73,7 +73,8 @@ class GrpsServer:
         iface = self.settings.interface
         sys.setswitchinterval(self.settings.gil_switch_interval_us / 1e6)  # process-wide, see config
         tls = server_ssl_context(self.settings.tls, self.settings.source)  # None: plain HTTP
-        self._http = HttpListener(build_app(self.executor, self.settings), self.settings, tls)
+        direct = build_direct_routes(self.executor, self.settings)
+        self._http = HttpListener(build_app(self.executor, self.settings), self.settings, tls, direct)
         sockets = tornado.netutil.bind_sockets(iface.http_port, iface.host, family=_family(iface.host))
         await self._http.listen(sockets)
         self.http_port = sockets[0].getsockname()[1]

@@ -16,6 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tornado.httputil import HTTPServerRequest
 
+from grps_py.http.direct import DirectCall
 from support import BASIC, LIGHT_INFERENCE, ServerThread, start_project
 
 ECHO = "/grps/v1/infer/predict?model=echo"
@@ -35,8 +36,8 @@ def connect(server: ServerThread) -> socket.socket:
     return socket.create_connection(("127.0.0.1", server.server.http_port), timeout=10)
 
 
-def echo_request(body: bytes, version: str = "HTTP/1.1", headers: str = "") -> bytes:
-    head = f"POST {ECHO} {version}\r\nHost: x\r\nContent-Type: application/octet-stream\r\n{headers}"
+def echo_request(body: bytes, version: str = "HTTP/1.1", headers: str = "", path: str = ECHO) -> bytes:
+    head = f"POST {path} {version}\r\nHost: x\r\nContent-Type: application/octet-stream\r\n{headers}"
     return f"{head}Content-Length: {len(body)}\r\n\r\n".encode() + body
 
 
@@ -209,10 +210,13 @@ def test_an_answered_request_is_freed_without_the_cyclic_gc(server: ServerThread
         with connect(server) as sock:
             reader = Reader(sock)
             for _ in range(3):
-                sock.sendall(echo_request(marker))
+                sock.sendall(echo_request(marker))  # a direct call (http/direct.py)
+                assert reader.response()[::2] == (200, marker)
+                sock.sendall(echo_request(marker, path=ECHO + "&streaming=true"))  # the Tornado app
                 assert reader.response()[::2] == (200, marker)
         time.sleep(0.2)
-        kept = [o for o in gc.get_objects() if isinstance(o, HTTPServerRequest) and o.body == marker]
+        kinds = (HTTPServerRequest, DirectCall)  # what holds a body: Tornado's request, or a direct call
+        kept = [o for o in gc.get_objects() if isinstance(o, kinds) and o.body == marker]
     finally:
         gc.enable()
     assert kept == []

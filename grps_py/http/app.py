@@ -1,4 +1,4 @@
-"""The one HTTP route table and the Tornado application built from it."""
+"""The one HTTP route table: the Tornado application built from it, and the direct routes in front of it."""
 
 from __future__ import annotations
 
@@ -12,14 +12,16 @@ from grps_py.core.errors import ConfigError
 from grps_py.core.executor import Executor
 from grps_py.http.base import NotFoundHandler, skip_tornado_access_log
 from grps_py.http.custom import AliasPredictHandler, CustomPredictHandler
+from grps_py.http.direct import DirectRoutes
 from grps_py.http.grps import (
     HealthHandler,
     ModelMetadataHandler,
     PredictHandler,
     ServerMetadataHandler,
+    direct_predict_route,
 )
 from grps_py.http.monitor import monitor_routes
-from grps_py.http.oip import oip_routes
+from grps_py.http.oip import direct_infer_route, oip_routes
 from grps_py.http.policy import POLICY_SETTING, http_policy
 
 Route = tuple[str, type[tornado.web.RequestHandler], dict[str, Any]]
@@ -82,3 +84,11 @@ def build_app(executor: Executor, settings: ServerSettings) -> tornado.web.Appli
     )
     app.settings[POLICY_SETTING] = http_policy(settings)  # body limit and tokens, read by every handler
     return app
+
+
+def build_direct_routes(executor: Executor, settings: ServerSettings) -> DirectRoutes:
+    """The hot routes the connection answers itself (http/direct.py): OIP infer and unary grps predict.
+    Their paths stay in the app's table too, for their other methods and for streaming predicts."""
+    policy = http_policy(settings)
+    ctrl = settings.interface.predict_streaming_ctrl
+    return DirectRoutes([direct_infer_route(executor, policy), direct_predict_route(executor, policy, ctrl)])

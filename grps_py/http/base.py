@@ -74,6 +74,42 @@ def declared_length(headers: HTTPHeaders) -> int | None:
     return int(value) if not pieces and value.isdigit() else None
 
 
+def too_large(policy: HttpPolicy) -> PayloadTooLarge:
+    return PayloadTooLarge(f"the request body exceeds {policy.body_setting} ({policy.body_bytes} bytes)")
+
+
+def failure_headers(exc: BaseException) -> tuple[tuple[str, str], ...]:
+    """Headers an error answer carries beside its body: when to retry, how to authenticate."""
+    if isinstance(exc, Overloaded):
+        return (("Retry-After", "1"),)
+    if isinstance(exc, Unauthenticated):
+        return (("WWW-Authenticate", "Bearer"),)
+    return ()
+
+
+def log_failure(method: str, path: str, exc: BaseException) -> None:
+    """Log why a request failed: a client's mistake in the access log, our own failure with its traceback."""
+    if isinstance(exc, ModelError):
+        log.warning("%s", exc.public_message)  # the node logged the traceback
+    elif isinstance(exc, (GrpsError, tornado.web.HTTPError)):
+        client_log.info("%s %s -> %s", method, path, exc)
+    else:
+        log.error("%s %s failed", method, path, exc_info=exc)
+
+
+def int_control(text: str | None, header: str, query: str) -> int | None:
+    """A scheduling control's value: a non-negative integer, or None when it is absent or blank."""
+    if text is None or not text.strip():
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        raise InvalidInput(f"{header} / ?{query}= must be a non-negative integer, not {text!r}") from None
+    if value < 0:
+        raise InvalidInput(f"{header} / ?{query}= must be a non-negative integer, not {text!r}")
+    return value
+
+
 @tornado.web.stream_request_body
 class BaseHandler(tornado.web.RequestHandler):
     """Common to every route: request id, executor access, the error envelope, and the request's record.
@@ -138,8 +174,7 @@ class BaseHandler(tornado.web.RequestHandler):
         self.request.body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
     def _too_large(self) -> PayloadTooLarge:
-        limit = self.policy.body_bytes
-        return PayloadTooLarge(f"the request body exceeds {self.policy.body_setting} ({limit} bytes)")
+        return too_large(self.policy)
 
     def adopt_request_id(self, candidate: str) -> None:
         """Name the request by an id found in its body (OIP `id`) when the client sent no X-Request-Id."""
@@ -226,15 +261,7 @@ class BaseHandler(tornado.web.RequestHandler):
 
     def _int_control(self, header: str, query: str) -> int | None:
         text = self.request.headers.get(header) or self.get_query_argument(query, None)
-        if text is None or not text.strip():
-            return None
-        try:
-            value = int(text)
-        except ValueError:
-            raise InvalidInput(f"{header} / ?{query}= must be a non-negative integer, not {text!r}") from None
-        if value < 0:
-            raise InvalidInput(f"{header} / ?{query}= must be a non-negative integer, not {text!r}")
-        return value
+        return int_control(text, header, query)
 
     def scheduling(self) -> tuple[float | None, int]:
         """The request's timeout (seconds, from microseconds) and priority level (0: the model's default)."""
@@ -264,10 +291,8 @@ class BaseHandler(tornado.web.RequestHandler):
         if exc is not None:
             self.mark_failed(exc)
         self.set_status(http_status)
-        if isinstance(exc, Overloaded):
-            self.set_header("Retry-After", "1")
-        elif isinstance(exc, Unauthenticated):
-            self.set_header("WWW-Authenticate", "Bearer")
+        for name, value in failure_headers(exc) if exc is not None else ():
+            self.set_header(name, value)
         if not self._body_done:
             self.set_header("Connection", "close")  # answered before its body was read: Tornado closes
         rid = self.request_id
@@ -284,12 +309,7 @@ class BaseHandler(tornado.web.RequestHandler):
         request_scope.enter(self.request_id)
         if value is not None:
             self.mark_failed(value)
-        if isinstance(value, ModelError):
-            log.warning("%s", value.public_message)  # the node logged the traceback
-        elif isinstance(value, (GrpsError, tornado.web.HTTPError)):
-            client_log.info("%s %s -> %s", self.request.method, self.request.path, value)
-        else:
-            log.error("%s %s failed", self.request.method, self.request.path, exc_info=(typ, value, tb))
+            log_failure(self.request.method or "", self.request.path, value)
 
 
 class NotFoundHandler(BaseHandler):

@@ -53,6 +53,11 @@ def closed_future() -> asyncio.Future[None]:
     return future
 
 
+def replaced(headers: list[tuple[str, str]], name: str, value: str) -> list[tuple[str, str]]:
+    """`headers` with `name` set to `value` alone."""
+    return [(key, text) for key, text in headers if key != name] + [(name, value)]
+
+
 class Exchange(httputil.HTTPConnection):
     """One request and its answer: Tornado's HTTPConnection for the request's handler.
 
@@ -109,7 +114,10 @@ class Exchange(httputil.HTTPConnection):
         start_line, headers = self.head
         connection = self.connection
         connection.body_started(self)
-        self._delegate = delegate = connection.listener.app.start_request(connection, self)
+        direct = connection.listener.direct
+        call = direct.call_for(self, start_line, headers) if direct is not None else None
+        delegate = call if call is not None else connection.listener.app.start_request(connection, self)
+        self._delegate = delegate
         try:
             taken = delegate.headers_received(start_line, headers)
         except httputil.HTTPInputError as exc:  # the request itself is malformed (its Host, its query)
@@ -190,33 +198,40 @@ class Exchange(httputil.HTTPConnection):
         headers: httputil.HTTPHeaders,
         chunk: bytes | None = None,
     ) -> asyncio.Future[None]:
-        assert isinstance(start_line, httputil.ResponseStartLine) and self.head is not None
+        assert isinstance(start_line, httputil.ResponseStartLine)
+        return self.write_head(start_line.code, start_line.reason, list(headers.get_all()), chunk)
+
+    def write_head(
+        self, code: int, reason: str, headers: list[tuple[str, str]], chunk: bytes | None = None
+    ) -> asyncio.Future[None]:
+        """Write the answer's head (header names as HTTPHeaders spells them) and maybe its first piece."""
+        assert self.head is not None
         request_line, request_headers = self.head
-        code = start_line.code
+        names = {name for name, _ in headers}
         self._chunking = (
             request_line.version == "HTTP/1.1"
             and request_line.method != "HEAD"
             and code not in NO_BODY_STATUSES
             and not 100 <= code < 200
-            and "Content-Length" not in headers
-            and "Transfer-Encoding" not in headers
+            and "Content-Length" not in names
+            and "Transfer-Encoding" not in names
         )
         if request_line.version == "HTTP/1.1" and (self.disconnect_on_finish or self.connection.draining):
             self.disconnect_on_finish = True
-            headers["Connection"] = "close"
+            headers = replaced(headers, "Connection", "close")
         if (
             request_line.version == "HTTP/1.0"
             and request_headers.get("Connection", "").lower() == "keep-alive"
         ):
-            headers["Connection"] = "Keep-Alive"
+            headers = replaced(headers, "Connection", "Keep-Alive")
         if self._chunking:
-            headers["Transfer-Encoding"] = "chunked"
+            headers.append(("Transfer-Encoding", "chunked"))
         if request_line.method == "HEAD" or code == 304:
             self._expected_remaining = 0
-        elif "Content-Length" in headers:
-            self._expected_remaining = int(headers["Content-Length"])
-        lines = [f"HTTP/1.1 {code} {start_line.reason}"]
-        lines.extend(f"{name}: {value}" for name, value in headers.get_all())
+        elif "Content-Length" in names:
+            self._expected_remaining = int(next(value for name, value in headers if name == "Content-Length"))
+        lines = [f"HTTP/1.1 {code} {reason}"]
+        lines.extend(f"{name}: {value}" for name, value in headers)
         text = "\r\n".join(lines)
         breaks = len(lines) - 1
         if text.count("\n") != breaks or text.count("\r") != breaks:  # a CR or LF inside a line

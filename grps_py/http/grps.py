@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import parse_qs
 
 import orjson
+from tornado.httputil import HTTPHeaders, RequestStartLine
 
 from grps_py.codecs import grps_json, json_values
 from grps_py.codecs.limits import check_length
@@ -12,10 +14,19 @@ from grps_py.core.config import StreamingCtrl
 from grps_py.core.context import GrpsContext
 from grps_py.core.errors import InvalidInput
 from grps_py.core.executor import Executor
+from grps_py.core.protection import LimitsSettings
 from grps_py.core.telemetry import GRPS_HTTP
 from grps_py.core.types import InferRequest, Payload, PayloadKind
-from grps_py.http.base import BaseHandler
-from grps_py.http.streaming import OCTET_STREAM, PredictBase, is_true, streaming_requested
+from grps_py.http.base import (
+    PRIORITY_HEADER,
+    PRIORITY_QUERY,
+    TIMEOUT_HEADER,
+    TIMEOUT_QUERY,
+    BaseHandler,
+)
+from grps_py.http.direct import DirectCall, DirectRoute, Header
+from grps_py.http.policy import HttpPolicy
+from grps_py.http.streaming import OCTET_STREAM, PredictBase, is_true, raw_bytes, streaming_requested
 
 ADMIN_ACTIONS = frozenset({"online", "offline"})
 
@@ -43,6 +54,20 @@ class HealthHandler(BaseHandler):
     post = get
 
 
+def media_type(headers: HTTPHeaders) -> str:
+    return headers.get("Content-Type", "").split(";")[0].strip().lower()
+
+
+def decode_predict(body: bytes, octets: bool, limits: LimitsSettings) -> tuple[Payload, str]:
+    """The payload and the model the body names ("": none): raw bytes, or a GrpsMessage as JSON."""
+    if octets:
+        check_length(len(body), "bin_data", limits)
+        return Payload.of_bytes(body), ""
+    if not body.strip():
+        raise InvalidInput("empty request body; send a GrpsMessage as JSON")
+    return grps_json.decode_request(body, limits)
+
+
 class PredictHandler(PredictBase):
     """POST a GrpsMessage as JSON, or raw bytes as application/octet-stream."""
 
@@ -53,22 +78,14 @@ class PredictHandler(PredictBase):
         super().initialize(executor)
         self.ctrl = streaming_ctrl or StreamingCtrl()
 
-    def _content_type(self) -> str:
-        return self.request.headers.get("Content-Type", "").split(";")[0].strip().lower()
-
     def _decode(self) -> tuple[Payload, str, bool]:
         """The payload, the model (the body's beats ?model=) and whether to stream."""
         body = self.request.body
         streaming = streaming_requested(self, self.ctrl)
-        limits = self.executor.server_settings.limits
-        if self._content_type() == OCTET_STREAM:
-            check_length(len(body), "bin_data", limits)
-            return Payload.of_bytes(body), "", streaming
-        if not body.strip():
-            raise InvalidInput("empty request body; send a GrpsMessage as JSON")
-        if self.ctrl.ctrl_mode == "body_param":
+        octets = media_type(self.request.headers) == OCTET_STREAM
+        if not octets and self.ctrl.ctrl_mode == "body_param" and body.strip():
             body, streaming = self._pop_body_flag(body)
-        payload, model = grps_json.decode_request(body, limits)
+        payload, model = decode_predict(body, octets, self.executor.server_settings.limits)
         return payload, model, streaming
 
     def _pop_body_flag(self, body: bytes) -> tuple[bytes, bool]:
@@ -114,3 +131,52 @@ class ModelMetadataHandler(BaseHandler):
         self.write_json(grps_json.encode_response(Payload.of_text(meta)))
 
     get = post
+
+
+class DirectPredict(DirectCall):
+    """A unary POST /grps/v1/infer/predict, answered without Tornado's web layer (http/direct.py);
+    a predict that asks to stream goes to `PredictHandler`."""
+
+    protocol = GRPS_HTTP
+    _request: InferRequest | None = None
+
+    def error_body(self, http_status: int, msg: str) -> bytes:
+        return grps_json.encode_status(http_status, msg, False)
+
+    def client_gone(self) -> None:
+        if self._request is not None:
+            self._request.context.cancel()
+
+    async def answer(self) -> tuple[bytes, str, tuple[Header, ...]] | None:
+        octets = media_type(self.headers) == OCTET_STREAM
+        payload, model = decode_predict(self.body, octets, self.executor.server_settings.limits)
+        model = model or self.query_argument("model", "")
+        timeout_us = self.control(TIMEOUT_HEADER, TIMEOUT_QUERY)
+        priority = self.control(PRIORITY_HEADER, PRIORITY_QUERY) or 0
+        ctx = GrpsContext(
+            request_id=self.request_id, deadline_s=timeout_us / 1e6 if timeout_us else None, priority=priority
+        )
+        self._request = request = InferRequest(payload, ctx, model, self.request_id, self.protocol)
+        self.mark_started(self.executor.model_key(model))
+        response = await self.executor.infer(request)
+        data = raw_bytes(response.payload)
+        if data is not None:
+            return data, OCTET_STREAM, ()
+        return_ndarray = is_true(self.query_argument("return-ndarray", "false"))
+        body = grps_json.encode_response(response.payload, return_ndarray=return_ndarray)
+        return body, "application/json", ()
+
+
+def direct_predict_route(executor: Executor, policy: HttpPolicy, ctrl: StreamingCtrl) -> DirectRoute:
+    """Unary predicts only: one that asks to stream (by header or query; a body_param one may) is
+    answered by PredictHandler."""
+
+    def unary(route: DirectRoute, start_line: RequestStartLine, headers: HTTPHeaders) -> bool:
+        if ctrl.ctrl_mode == "header_param":
+            return not is_true(headers.get(ctrl.ctrl_key, "false"))
+        if ctrl.ctrl_mode == "query_param":
+            query = parse_qs(start_line.path.partition("?")[2], keep_blank_values=True)
+            return not is_true((query.get(ctrl.ctrl_key) or ["false"])[-1])
+        return False
+
+    return DirectRoute(r"/grps/v1/infer/predict", DirectPredict, executor, policy, accepts=unary)

@@ -25,6 +25,7 @@ from tornado import httputil
 from grps_py.codecs import grps_json
 from grps_py.core.config import ServerSettings
 from grps_py.http.connection import HttpConnection
+from grps_py.http.direct import DirectRoutes
 
 log = logging.getLogger("grps_py.http")
 REFUSE_GRACE_S = 1.0  # a refused connection is closed after its 503 is written, or after this at most
@@ -32,15 +33,20 @@ CLOSE_WAIT_S = 1.0  # how long closing every connection waits for them to be gon
 
 
 class HttpListener:
-    """Serves `app` (a Tornado Application) on the sockets given to `listen`; holds at most
-    `max_connections` connections (0: no cap); closes a connection idle for `idle_timeout_s` or still
-    receiving a request body after `body_timeout_s`."""
+    """Serves the `direct` routes and `app` (a Tornado Application) on the sockets given to `listen`; holds
+    at most `max_connections` connections (0: no cap); closes a connection idle for `idle_timeout_s` or
+    still receiving a request body after `body_timeout_s`."""
 
     def __init__(
-        self, app: httputil.HTTPServerConnectionDelegate, settings: ServerSettings, tls: ssl.SSLContext | None
+        self,
+        app: httputil.HTTPServerConnectionDelegate,
+        settings: ServerSettings,
+        tls: ssl.SSLContext | None,
+        direct: DirectRoutes | None = None,
     ) -> None:
         limits = settings.limits
         self.app = app
+        self.direct = direct  # the routes answered without the app (http/direct.py)
         self.tls = tls
         self.scheme = "https" if tls is not None else "http"
         self.header_bytes = limits.header_bytes

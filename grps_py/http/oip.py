@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import gzip
 import zlib
-from typing import Any
+from typing import Any, cast
 
 import orjson
 from tornado.iostream import StreamClosedError
@@ -25,6 +25,8 @@ from grps_py.core.executor import Executor
 from grps_py.core.oip import OipRequest, OipResponse
 from grps_py.core.telemetry import OIP_HTTP
 from grps_py.http.base import BaseHandler
+from grps_py.http.direct import DirectCall, DirectRoute, Header
+from grps_py.http.policy import HttpPolicy
 
 HEADER_LENGTH = "Inference-Header-Content-Length"
 MODEL = r"/v2/models/([^/]+)(?:/versions/([^/]+))?"
@@ -39,6 +41,44 @@ def tensor_metadata(entry: ModelEntry, which: str) -> list[dict[str, Any]]:
         {"name": s.name, "datatype": s.datatype or "", "shape": list(s.shape) if s.shape is not None else []}
         for s in specs
     ]
+
+
+def inflated(body: bytes, content_encoding: str, executor: Executor) -> bytes:
+    """The request body, decompressed as its Content-Encoding says (the body limit holds after it too)."""
+    encoding = content_encoding.strip().lower()
+    if encoding in ("", "identity"):
+        return body
+    wbits = _DECOMPRESSORS.get(encoding)
+    if wbits is None:
+        raise InvalidInput(f"unsupported Content-Encoding {encoding!r}; use gzip or deflate")
+    settings = executor.server_settings
+    limit = settings.limits.http_body_bytes or settings.interface.max_message_bytes
+    inflater = zlib.decompressobj(wbits)
+    try:
+        data = inflater.decompress(body, limit + 1)
+    except zlib.error as exc:
+        raise InvalidInput(f"the {encoding} body cannot be decompressed: {exc}") from None
+    if len(data) > limit:
+        raise PayloadTooLarge(f"the decompressed body exceeds {limit} bytes")
+    return data
+
+
+def compressed(body: bytes, accept_encoding: str) -> tuple[bytes, str | None]:
+    """The answer's body and its Content-Encoding (None: as it is). Compressed when the client asks for
+    exactly one encoding, as tritonclient's response_compression_algorithm does; the blanket "gzip,
+    deflate" HTTP libraries send by default is not read as a wish to spend CPU compressing tensors."""
+    accepted = accept_encoding.strip().lower()
+    if accepted == "gzip":
+        return gzip.compress(body, compresslevel=1), "gzip"
+    if accepted == "deflate":
+        return zlib.compress(body, 1), "deflate"
+    return body, None
+
+
+def encode_infer_answer(request: OipRequest, response: OipResponse) -> tuple[bytes, str, int | None]:
+    """The answer's body, its Content-Type and its Inference-Header-Content-Length (None: all JSON)."""
+    body, header_length = oip_json.encode_response(response, binary_outputs(request, response))
+    return body, (_JSON if header_length is None else _OCTET_STREAM), header_length
 
 
 class OipHandler(BaseHandler):
@@ -130,22 +170,7 @@ class InferBase(OipHandler):
             self._ctx.cancel()
 
     def body(self) -> bytes:
-        encoding = self.request.headers.get("Content-Encoding", "").strip().lower()
-        if encoding in ("", "identity"):
-            return self.request.body
-        wbits = _DECOMPRESSORS.get(encoding)
-        if wbits is None:
-            raise InvalidInput(f"unsupported Content-Encoding {encoding!r}; use gzip or deflate")
-        settings = self.executor.server_settings  # the body limit holds after decompression too
-        limit = settings.limits.http_body_bytes or settings.interface.max_message_bytes
-        inflater = zlib.decompressobj(wbits)
-        try:
-            data = inflater.decompress(self.request.body, limit + 1)
-        except zlib.error as exc:
-            raise InvalidInput(f"the {encoding} body cannot be decompressed: {exc}") from None
-        if len(data) > limit:
-            raise PayloadTooLarge(f"the decompressed body exceeds {limit} bytes")
-        return data
+        return inflated(self.request.body, self.request.headers.get("Content-Encoding", ""), self.executor)
 
     def context(self, request: OipRequest, streaming: bool = False) -> GrpsContext:
         """The request's context, under its OIP `id` when it has one and no X-Request-Id came."""
@@ -162,33 +187,60 @@ class InferBase(OipHandler):
             return None
 
     def send(self, body: bytes, content_type: str) -> None:
-        """Compressed when the client asks for exactly one encoding, as tritonclient's
-        response_compression_algorithm does; the blanket "gzip, deflate" HTTP libraries send by
-        default is not read as a wish to spend CPU compressing tensors."""
-        accepted = self.request.headers.get("Accept-Encoding", "").strip().lower()
-        if accepted == "gzip":
-            body = gzip.compress(body, compresslevel=1)
-            self.set_header("Content-Encoding", "gzip")
-        elif accepted == "deflate":
-            body = zlib.compress(body, 1)
-            self.set_header("Content-Encoding", "deflate")
+        body, encoding = compressed(body, self.request.headers.get("Accept-Encoding", ""))
+        if encoding is not None:
+            self.set_header("Content-Encoding", encoding)
         self.set_header("Content-Type", content_type)
         self.finish(body)
 
 
-class InferHandler(InferBase):
-    async def post(self, model: str, version: str | None = None) -> None:
-        limits = self.executor.server_settings.limits
-        request = oip_json.decode_request(self.body(), self.request.headers.get(HEADER_LENGTH), limits)
-        response = await self.run(model, version, request)
-        if response is None:
-            return
-        body, header_length = oip_json.encode_response(response, binary_outputs(request, response))
-        if header_length is None:
-            self.send(body, _JSON)
-            return
-        self.set_header(HEADER_LENGTH, str(header_length))
-        self.send(body, _OCTET_STREAM)
+class InferRoute(InferBase):
+    """POST is answered on the connection itself (`DirectInfer`); the other methods arrive here: 405."""
+
+
+class DirectInfer(DirectCall):
+    """POST /v2/models/{model}[/versions/{version}]/infer: JSON or the binary tensor extension, maybe
+    compressed, answered without Tornado's web layer (http/direct.py)."""
+
+    protocol = OIP_HTTP
+    _ctx: GrpsContext | None = None
+
+    @property
+    def dataplane(self) -> OipDataplane:
+        return cast(OipDataplane, self.route.options["dataplane"])
+
+    def model_of_head(self) -> str:
+        try:
+            return self.dataplane.entry(*self.args).key
+        except GrpsError:
+            return ""  # answered 404 once the request runs
+
+    def error_body(self, http_status: int, msg: str) -> bytes:
+        return oip_json.encode_error(msg)
+
+    def client_gone(self) -> None:
+        if self._ctx is not None:
+            self._ctx.cancel()
+
+    async def answer(self) -> tuple[bytes, str, tuple[Header, ...]] | None:
+        headers, limits = self.headers, self.executor.server_settings.limits
+        body = inflated(self.body, headers.get("Content-Encoding", ""), self.executor)
+        request = oip_json.decode_request(body, headers.get(HEADER_LENGTH), limits)
+        self.adopt_request_id(request.id)
+        self._ctx = self.dataplane.context(request, self.request_id, streaming=False)
+        model, version = self.args
+        response = await self.dataplane.infer(model, version, request, self._ctx)
+        body, content_type, header_length = encode_infer_answer(request, response)
+        body, encoding = compressed(body, headers.get("Accept-Encoding", ""))
+        more: tuple[Header, ...] = () if header_length is None else ((HEADER_LENGTH, str(header_length)),)
+        if encoding is not None:
+            more += (("Content-Encoding", encoding),)
+        return body, content_type, more
+
+
+def direct_infer_route(executor: Executor, policy: HttpPolicy) -> DirectRoute:
+    dataplane = OipDataplane(executor, OIP_HTTP)
+    return DirectRoute(MODEL + r"/infer", DirectInfer, executor, policy, dataplane=dataplane)
 
 
 def binary_outputs(request: OipRequest, response: OipResponse) -> set[str]:
@@ -248,7 +300,7 @@ def oip_routes(executor: Executor) -> list[tuple[str, type[BaseHandler], dict[st
         (MODEL + r"/?", ModelMetadataHandler, base),
         (MODEL + r"/ready", ModelReadyHandler, base),
         (MODEL + r"/config", ModelConfigHandler, base),
-        (MODEL + r"/infer", InferHandler, base),
+        (MODEL + r"/infer", InferRoute, base),
         (MODEL + r"/generate", GenerateHandler, {**base, "stream": False}),
         (MODEL + r"/generate_stream", GenerateHandler, {**base, "stream": True}),
     ]
