@@ -178,6 +178,9 @@ def _beyond_int64(values: list[int], datatype: str, label: str) -> Array:
 
 def _floats(values: list[int | float], datatype: str, label: str) -> Array:
     dtype = OIP_DTYPES[datatype]
+    largest = _FLOAT_MAX.get(datatype)
+    if largest is not None and values and -largest <= min(values) and max(values) <= largest:
+        return np.array(values, dtype=dtype)  # every value fits: no overflow to look for
     try:
         wide = np.array(values, dtype=np.float64)
     except OverflowError:
@@ -190,6 +193,11 @@ def _floats(values: list[int | float], datatype: str, label: str) -> Array:
     if overflow.any():
         raise InvalidInput(f"{label}: {show(float(wide[overflow][0]))} is out of range for {datatype}")
     return narrow
+
+
+# The largest finite value of each narrow float type. Values within it convert without overflow; a
+# value that rounds up to the limit only rounds, since the limit itself is representable.
+_FLOAT_MAX = {"FP16": float(np.finfo(np.float16).max), "FP32": float(np.finfo(np.float32).max)}
 
 
 def json_tensor(
