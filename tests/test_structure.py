@@ -15,8 +15,9 @@ from grps_py.core.config import ServerSettings
 from grps_py.grpc.boundary import BOUNDARY_MARK
 from grps_py.grpc.grps_service import GrpsService
 from grps_py.grpc.oip_service import OipService
-from grps_py.http.app import route_table
+from grps_py.http.app import build_direct_routes, route_table
 from grps_py.http.base import BaseHandler
+from grps_py.http.direct import DirectCall
 from grps_py.protos import grps_pb2, open_inference_pb2
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -58,6 +59,14 @@ def test_every_http_route_goes_through_the_boundary() -> None:
     for _, handler, _ in route_table(None, ServerSettings()):  # type: ignore[arg-type]
         assert issubclass(handler, BaseHandler), handler
         assert handler.write_error is BaseHandler.write_error
+
+
+def test_every_direct_http_route_goes_through_the_boundary() -> None:
+    routes = build_direct_routes(None, ServerSettings()).routes  # type: ignore[arg-type]
+    assert routes
+    for route in routes:
+        assert issubclass(route.call, DirectCall), route.call
+        assert route.call.fail is DirectCall.fail and route.call._run is DirectCall._run
 
 
 def test_every_rpc_goes_through_the_boundary() -> None:
