@@ -455,12 +455,17 @@ def _patched_json(array: Array, indices: Array, to_json: Callable[[float], float
     return orjson.Fragment(b"".join(joined))
 
 
+SMALL_ARRAY = 48  # up to this many elements, per-element Python is cheaper than numpy's per-call cost
+
+
 def _float32_exceptions(flat: Array) -> Array:
     """Indices of float32 values orjson writes unlike json_format: NaN/Infinity, subnormals (json_format
     uses at least 6 digits), and the powers of two in a table computed once.
 
     Both digit strings read back to the same float32, but as float64 they differ, so clients see it.
     """
+    if flat.size <= SMALL_ARRAY:
+        return _float32_exceptions_few(flat)
     magnitude = flat.view(np.uint32) & np.uint32(0x7FFFFFFF)
     exponent = magnitude >> np.uint32(23)
     # Cheap first cut: non-finite (exponent 255), zero or subnormal (exponent 0), powers of two.
@@ -470,6 +475,23 @@ def _float32_exceptions(flat: Array) -> Array:
     exp, mag = exponent[candidates], magnitude[candidates]
     odd: Array = (exp == 255) | ((exp == 0) & (mag != 0)) | _power_of_two_mismatch_table()[exp]
     return candidates[odd]
+
+
+def _float32_exceptions_few(flat: Array) -> Array:
+    """`_float32_exceptions` for a few values: a loop over Python ints beats a dozen numpy calls."""
+    table = _power_of_two_mismatch_list()
+    odd = []
+    for index, bits in enumerate(flat.view(np.uint32).tolist()):
+        magnitude = bits & 0x7FFFFFFF
+        exponent = magnitude >> 23
+        if exponent == 255 or (exponent == 0 and magnitude) or (not magnitude & 0x7FFFFF and table[exponent]):
+            odd.append(index)
+    return np.array(odd, dtype=np.intp)
+
+
+@functools.cache
+def _power_of_two_mismatch_list() -> list[bool]:
+    return [bool(flag) for flag in _power_of_two_mismatch_table()]
 
 
 @functools.cache

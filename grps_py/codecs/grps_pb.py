@@ -111,8 +111,15 @@ def narrow_ints(wide: Array, info: DTypeInfo, label: str) -> Array:
     return wide.astype(info.numpy_dtype)
 
 
+# The largest finite value of each float dtype: values within it narrow without overflow.
+_FLOAT_MAX = {np.dtype(t): float(np.finfo(t).max) for t in (np.float16, np.float32, np.float64)}
+
+
 def narrow_floats(wide: Array, info: DTypeInfo, label: str) -> Array:
     """Floats -> the tensor's float dtype; a finite value that overflows it (1e39 in float32) is refused."""
+    largest = _FLOAT_MAX.get(info.numpy_dtype)
+    if largest is not None and wide.size and -largest <= wide.min() and wide.max() <= largest:
+        return wide.astype(info.numpy_dtype)  # every value fits (NaN fails the test): nothing to check
     with np.errstate(over="ignore"):
         narrow = wide.astype(info.numpy_dtype)
     if np.isinf(narrow).any():

@@ -128,8 +128,8 @@ def check_json_depth(text: bytes | memoryview, limits: LimitsSettings) -> None:
     brackets than the limit.
     """
     limit = limits.json_depth
-    if isinstance(text, bytes) and len(text) <= SMALL_TEXT_BYTES and _brackets(text) <= limit:
-        return  # the usual request: two C-level counts
+    if len(text) <= SMALL_TEXT_BYTES and _brackets(bytes(text)) <= limit:
+        return  # the usual request (or the JSON head of a binary one): two C-level counts
     raw = np.frombuffer(text, np.uint8)
     if raw.size <= limit:
         return
