@@ -474,3 +474,22 @@ def test_bad_requests_are_invalid_input(document: Any, message: str) -> None:
     body = document if isinstance(document, bytes) else orjson.dumps(document)
     with pytest.raises(InvalidInput, match=f"^{message}"):
         grps_json.decode_request(body)
+
+
+def test_the_float32_exception_scan_is_the_same_for_few_and_many_values() -> None:
+    """Short answers are scanned in Python, long ones with numpy: the same indices either way (zeros,
+    subnormals, NaN, infinities, every power of two, ordinary values)."""
+    powers = (np.arange(256, dtype=np.uint32) << np.uint32(23)).view(np.float32)
+    rng = np.random.default_rng(7)
+    special = np.array([0.0, -0.0, np.nan, np.inf, -np.inf, 1e-45, 3.4028235e38], dtype=np.float32)
+    pool = np.concatenate([powers, -powers, special, rng.standard_normal(64).astype(np.float32)])
+    for size in [1, 5, grps_json.SMALL_ARRAY, grps_json.SMALL_ARRAY + 1, 300]:
+        for _ in range(50):
+            flat = rng.choice(pool, size).astype(np.float32)
+            few = grps_json._float32_exceptions_few(flat)
+            many = np.concatenate([flat, np.full(grps_json.SMALL_ARRAY + 1, 1.5, np.float32)])  # numpy path
+            assert (
+                few.tolist()
+                == grps_json._float32_exceptions(many).tolist()
+                == (grps_json._float32_exceptions(flat).tolist())
+            )
