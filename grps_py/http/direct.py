@@ -63,6 +63,7 @@ class DirectCall(httputil.HTTPMessageDelegate):
         exchange: Exchange,
         route: DirectRoute,
         start_line: httputil.RequestStartLine,
+        headers: httputil.HTTPHeaders,
         args: tuple[str, ...],
     ) -> None:
         self.exchange = exchange
@@ -71,7 +72,7 @@ class DirectCall(httputil.HTTPMessageDelegate):
         self.method = start_line.method
         self.path, _, self.query = start_line.path.partition("?")
         self.args = args  # the route pattern's groups, unquoted
-        self.headers: httputil.HTTPHeaders = httputil.HTTPHeaders()
+        self.headers = headers
         self.started = time.time()
         self.request_id = ""
         self._client_id = ""
@@ -91,7 +92,6 @@ class DirectCall(httputil.HTTPMessageDelegate):
         headers: httputil.HTTPHeaders,
     ) -> None:
         """Who may call and how large a body may be, before the body is read (as BaseHandler.prepare)."""
-        self.headers = headers
         self._client_id = request_scope.client_request_id(headers.get(REQUEST_ID_HEADER))
         self.request_id = self._client_id or new_request_id()
         policy = self.route.policy
@@ -291,7 +291,7 @@ class DirectRoute:
         if found is None or (self._accepts is not None and not self._accepts(self, start_line, headers)):
             return None
         args = tuple(unquote(group) if group is not None else "" for group in found.groups())
-        return self.call(exchange, self, start_line, args)
+        return self.call(exchange, self, start_line, headers, args)
 
 
 class DirectRoutes:
