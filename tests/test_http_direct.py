@@ -152,7 +152,7 @@ def test_a_body_that_stops_arriving_is_recorded_408(server: ServerThread, record
         sock.sendall(head.encode() + b"\r\n{")
         assert sock.recv(100) == b""  # closed at the body timeout, unanswered
     record = records.wait(lambda r: r.request_id == "rid-slow")
-    assert (record.status, record.model, record.bytes_in) == (408, "identity-1", 1)
+    assert (record.status, record.reason, record.model, record.bytes_in) == (408, "invalid", "identity-1", 1)
 
 
 def read_answers(sock: socket.socket, count: int) -> list[tuple[int, Any]]:

@@ -27,7 +27,6 @@ from tornado import httputil
 
 from grps_py import status
 from grps_py.core import request_scope, telemetry
-from grps_py.core.errors import GrpsError
 from grps_py.core.executor import Executor
 from grps_py.http.base import (
     CLIENT_CLOSED,
@@ -136,7 +135,7 @@ class DirectCall(httputil.HTTPMessageDelegate):
                 policy.body_timeout_s,
             )
             self.answered = True
-            self.record(408, GrpsError("request body timeout"), 0)
+            self.record(408, None, 0)  # a client's failing, as Tornado's 408 is recorded
             return
         self._client_gone = True
         self.client_gone()
