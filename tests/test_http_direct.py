@@ -168,3 +168,14 @@ def read_answers(sock: socket.socket, count: int) -> list[tuple[int, Any]]:
         answers.append((int(lines[0].split()[1]), json.loads(buffer[:length])))
         buffer = buffer[length:]
     return answers
+
+
+def test_path_and_query_that_are_not_utf8_are_400_as_on_tornado(http: httpx.Client) -> None:
+    path = http.post("/v2/models/%FF/infer", json=TENSOR)
+    assert path.status_code == 400 and "unicode" in path.text.lower()
+    query = http.post(PREDICT + "?model=%FF", json={"str_data": "x"})
+    assert query.status_code == 400 and "unicode" in query.json()["status"]["msg"]
+    unread = http.post(PREDICT + "?model=echo&other=%FF", json={"str_data": "ok"})  # never decoded
+    assert unread.status_code == 200 and unread.json()["str_data"] == "ok"
+    named = http.post(PREDICT + "?model=%65cho", json={"str_data": "escaped"})  # %65 is "e"
+    assert named.status_code == 200 and named.json()["str_data"] == "escaped"

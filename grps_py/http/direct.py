@@ -27,6 +27,7 @@ from tornado import httputil
 
 from grps_py import status
 from grps_py.core import request_scope, telemetry
+from grps_py.core.errors import InvalidInput
 from grps_py.core.executor import Executor
 from grps_py.http.base import (
     CLIENT_CLOSED,
@@ -164,11 +165,17 @@ class DirectCall(httputil.HTTPMessageDelegate):
             self.executor.telemetry.request_started(self.protocol, model_key)
 
     def query_argument(self, name: str, default: str) -> str:
-        """The last value of a query parameter, stripped, as Tornado's get_query_argument gives it."""
+        """The last value of a query parameter, stripped, as Tornado's get_query_argument gives it
+        (a value that is not UTF-8 is a 400, as there; values not asked for are not decoded)."""
         if self._query is None:
-            self._query = parse_qs(self.query, keep_blank_values=True) if self.query else {}
+            self._query = parse_qs(self.query, keep_blank_values=True, encoding="latin-1")
         values = self._query.get(name)
-        return values[-1].strip() if values else default
+        if not values:
+            return default
+        try:
+            return values[-1].encode("latin-1").decode("utf-8").strip()
+        except UnicodeDecodeError:
+            raise InvalidInput(f"invalid unicode in the query argument {name!r}") from None
 
     def control(self, header: str, query: str) -> int | None:
         """A scheduling control (timeout, priority), as a header or a query parameter (the header wins)."""
@@ -289,7 +296,10 @@ class DirectRoute:
         found = self.regex.match(path)
         if found is None or (self._accepts is not None and not self._accepts(self, start_line, headers)):
             return None
-        args = tuple(unquote(group) if group is not None else "" for group in found.groups())
+        try:
+            args = tuple("" if group is None else unquote(group, errors="strict") for group in found.groups())
+        except UnicodeDecodeError:
+            return None  # Tornado's route answers it: 400, invalid unicode in the path
         return self.call(exchange, self, start_line, headers, args)
 
 
