@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from pathlib import Path
@@ -11,6 +12,7 @@ from typing import Any
 
 import grpc
 
+from grps_py.core.telemetry import RequestRecord
 from grps_py.server import GrpsServer
 
 PROJECTS = Path(__file__).parent / "projects"
@@ -116,3 +118,36 @@ def reference(x: Any, w: dict[str, Any]) -> Any:
     logits = hidden @ w["W2"] + w["b2"]
     exp = np.exp(logits - logits.max(axis=1, keepdims=True))
     return exp / exp.sum(axis=1, keepdims=True)
+
+
+class Recorder:
+    """A RequestObserver keeping what it hears."""
+
+    def __init__(self) -> None:
+        self.started: list[tuple[str, str]] = []
+        self.records: list[RequestRecord] = []
+
+    def request_started(self, protocol: str, model: str) -> None:
+        self.started.append((protocol, model))
+
+    def request_finished(self, record: RequestRecord) -> None:
+        self.records.append(record)
+
+    def stream_message(self, protocol: str, model: str, first_after_s: float | None) -> None:
+        pass
+
+    def record(self, request_id: str, timeout_s: float = 10.0) -> RequestRecord:
+        return wait_for(
+            lambda: next((r for r in self.records if r.request_id == request_id), None), timeout_s
+        )
+
+
+def wait_for(probe: Callable[[], Any], timeout_s: float = 10.0) -> Any:
+    """HTTP answers reach the client before the server's handler has finished its record: poll."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = probe()
+        if value or time.monotonic() > deadline:
+            assert value, "timed out waiting"
+            return value
+        time.sleep(0.01)

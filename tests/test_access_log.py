@@ -8,7 +8,7 @@ import json
 import logging
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
@@ -23,7 +23,7 @@ from grps_py.core.config import LogSettings
 from grps_py.core.telemetry import RequestRecord
 from grps_py.logs import LOG_FILE, LOGGERS, MAX_MESSAGE_CHARS, flush_access_log, setup_logging
 from grps_py.protos import grps_pb2, grps_pb2_grpc, open_inference_pb2, open_inference_pb2_grpc
-from support import ServerThread, start_project
+from support import Recorder, ServerThread, start_project, wait_for
 
 PREDICT = "/grps/v1/infer/predict"
 MODELS = '''
@@ -97,39 +97,6 @@ interface:
     - {path: /custom/raw, customized_body: true, model: talker-1}
     - {path: /custom/alias, model: talker-1}
 """
-
-
-class Recorder:
-    """A RequestObserver keeping what it hears."""
-
-    def __init__(self) -> None:
-        self.started: list[tuple[str, str]] = []
-        self.records: list[RequestRecord] = []
-
-    def request_started(self, protocol: str, model: str) -> None:
-        self.started.append((protocol, model))
-
-    def request_finished(self, record: RequestRecord) -> None:
-        self.records.append(record)
-
-    def stream_message(self, protocol: str, model: str, first_after_s: float | None) -> None:
-        pass
-
-    def record(self, request_id: str, timeout_s: float = 10.0) -> RequestRecord:
-        return wait_for(
-            lambda: next((r for r in self.records if r.request_id == request_id), None), timeout_s
-        )
-
-
-def wait_for(probe: Callable[[], Any], timeout_s: float = 10.0) -> Any:
-    """HTTP answers reach the client before the server's handler has finished its record: poll."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = probe()
-        if value or time.monotonic() > deadline:
-            assert value, "timed out waiting"
-            return value
-        time.sleep(0.01)
 
 
 @pytest.fixture(scope="module")

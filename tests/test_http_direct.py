@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import socket
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from email.utils import parsedate_to_datetime
 from pathlib import Path
 from typing import Any
@@ -14,37 +14,11 @@ from typing import Any
 import httpx
 import pytest
 
-from grps_py.core.telemetry import RequestRecord
-from support import BASIC, LIGHT_INFERENCE, ServerThread, start_project
+from support import BASIC, LIGHT_INFERENCE, Recorder, ServerThread, start_project
 
 INFER = "/v2/models/identity/infer"
 PREDICT = "/grps/v1/infer/predict"
 TENSOR = {"inputs": [{"name": "x", "shape": [1, 2], "datatype": "FP32", "data": [1.5, 2.5]}]}
-
-
-class Records:
-    """A RequestObserver keeping the records it hears."""
-
-    def __init__(self) -> None:
-        self.records: list[RequestRecord] = []
-
-    def request_started(self, protocol: str, model: str) -> None:
-        pass
-
-    def request_finished(self, record: RequestRecord) -> None:
-        self.records.append(record)
-
-    def stream_message(self, protocol: str, model: str, first_after_s: float | None) -> None:
-        pass
-
-    def wait(self, probe: Callable[[RequestRecord], bool], timeout_s: float = 10) -> RequestRecord:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            found = next((r for r in self.records if probe(r)), None)
-            if found is not None:
-                return found
-            time.sleep(0.01)
-        raise AssertionError(f"no such record in {self.records}")
 
 
 @pytest.fixture(scope="module")
@@ -60,9 +34,9 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerThread]:
 
 
 @pytest.fixture
-def records(server: ServerThread) -> Iterator[Records]:
+def records(server: ServerThread) -> Iterator[Recorder]:
     telemetry = server.server.executor.telemetry
-    kept = Records()
+    kept = Recorder()
     telemetry.add(kept)
     yield kept
     telemetry.observers[:] = [o for o in telemetry.observers if o is not kept]
@@ -74,14 +48,14 @@ def http(server: ServerThread) -> Iterator[httpx.Client]:
         yield client
 
 
-def test_an_infer_answer_carries_length_date_and_request_id(http: httpx.Client, records: Records) -> None:
+def test_an_infer_answer_carries_length_date_and_request_id(http: httpx.Client, records: Recorder) -> None:
     reply = http.post(INFER, json=TENSOR, headers={"X-Request-Id": "rid-direct"})
     assert reply.status_code == 200, reply.text
     assert reply.json()["outputs"][0]["data"] == [1.5, 2.5]
     assert reply.headers["content-length"] == str(len(reply.content))
     assert reply.headers["x-request-id"] == "rid-direct"
     assert abs(parsedate_to_datetime(reply.headers["date"]).timestamp() - time.time()) < 5
-    record = records.wait(lambda r: r.request_id == "rid-direct")
+    record = records.record("rid-direct")
     assert (record.protocol, record.model, record.status, record.reason) == (
         "oip-http",
         "identity-1",
@@ -96,11 +70,11 @@ def test_the_oip_id_names_the_request_when_no_header_does(http: httpx.Client) ->
     assert reply.headers["x-request-id"] == "from-the-body" and reply.json()["id"] == "from-the-body"
 
 
-def test_errors_keep_each_route_s_error_body(http: httpx.Client, records: Records) -> None:
+def test_errors_keep_each_route_s_error_body(http: httpx.Client, records: Recorder) -> None:
     unknown = http.post("/v2/models/nope/infer", json=TENSOR, headers={"X-Request-Id": "rid-404"})
     assert unknown.status_code == 404 and "nope" in unknown.json()["error"]
     assert "rid-404" in unknown.json()["error"]
-    record = records.wait(lambda r: r.request_id == "rid-404")
+    record = records.record("rid-404")
     assert (record.status, record.reason, record.model) == (404, "not_found", "")
     bad = http.post(PREDICT, content=b"{not json", headers={"Content-Type": "application/json"})
     assert bad.status_code == 400 and bad.json()["status"]["code"] == 400
@@ -146,12 +120,12 @@ def test_pipelined_infers_and_predicts_are_answered_in_order(server: ServerThrea
     assert [doc.get("id") or doc.get("str_data") for _, doc in answers] == [f"p{i}" for i in range(6)]
 
 
-def test_a_body_that_stops_arriving_is_recorded_408(server: ServerThread, records: Records) -> None:
+def test_a_body_that_stops_arriving_is_recorded_408(server: ServerThread, records: Recorder) -> None:
     with socket.create_connection(("127.0.0.1", server.server.http_port), timeout=10) as sock:
         head = f"POST {INFER} HTTP/1.1\r\nHost: x\r\nX-Request-Id: rid-slow\r\nContent-Length: 100\r\n"
         sock.sendall(head.encode() + b"\r\n{")
         assert sock.recv(100) == b""  # closed at the body timeout, unanswered
-    record = records.wait(lambda r: r.request_id == "rid-slow")
+    record = records.record("rid-slow")
     assert (record.status, record.reason, record.model, record.bytes_in) == (408, "invalid", "identity-1", 1)
 
 
