@@ -64,13 +64,15 @@ class DirectCall(httputil.HTTPMessageDelegate):
         route: DirectRoute,
         start_line: httputil.RequestStartLine,
         headers: httputil.HTTPHeaders,
+        path: str,
         args: tuple[str, ...],
     ) -> None:
         self.exchange = exchange
         self.route = route
         self.executor = route.executor
         self.method = start_line.method
-        self.path, _, self.query = start_line.path.partition("?")
+        self.path = path
+        self.query = start_line.path[len(path) + 1 :]
         self.args = args  # the route pattern's groups, unquoted
         self.headers = headers
         self.started = time.time()
@@ -300,7 +302,7 @@ class DirectRoute:
             args = tuple("" if group is None else unquote(group, errors="strict") for group in found.groups())
         except UnicodeDecodeError:
             return None  # Tornado's route answers it: 400, invalid unicode in the path
-        return self.call(exchange, self, start_line, headers, args)
+        return self.call(exchange, self, start_line, headers, path, args)
 
 
 class DirectRoutes:
