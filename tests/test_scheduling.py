@@ -44,6 +44,11 @@ def fresh_log(sched: ServerThread) -> Iterator[None]:
     models().RELEASE.clear()
     yield
     models().RELEASE.set()  # never leave a held instance behind
+    # ...and let its holder finish: a HOLDING still set from this test would let the next test's
+    # hold() return before its own request holds the instance.
+    deadline = time.monotonic() + 10
+    while models().HOLDING.is_set() and time.monotonic() < deadline:
+        time.sleep(0.01)
 
 
 class Grps:
