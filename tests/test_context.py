@@ -29,7 +29,9 @@ def test_model_code_runs_on_a_worker_thread(http: httpx.Client) -> None:
 
 def test_grpc_deadline_reaches_the_context(grps_stub: grps_pb2_grpc.GrpsServiceStub) -> None:
     reply = grps_stub.Predict(grps_pb2.GrpsMessage(model="probe-1.0", str_data="0"), timeout=5)
-    assert 0 < reply.gmap.s_d["remaining_s"] <= 5
+    # grpc's own deadline arithmetic may round the propagated timeout up by a few milliseconds
+    # (5.009 s was seen once on this machine): the point is that it arrived, not its last digit.
+    assert 0 < reply.gmap.s_d["remaining_s"] <= 5.1
     untimed = grps_stub.Predict(grps_pb2.GrpsMessage(model="probe-1.0", str_data="0"))
     assert untimed.gmap.s_d["remaining_s"] == -1.0
 
