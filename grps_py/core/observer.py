@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from array import array
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -60,10 +60,6 @@ class Recent:
         if self._count < self._size:
             self._count += 1
 
-    def extend(self, values: Iterable[float]) -> None:
-        for value in values:
-            self.append(value)
-
     def __len__(self) -> int:
         return self._count
 
@@ -84,9 +80,8 @@ class ModelCounters:
     gpu_ooms: int = 0
     hung_instances: int = 0  # now
     hangs: int = 0  # since start
-    batches: Recent = field(default_factory=lambda: Recent(_RECENT, "q"))  # rows per batch
-    queue_s: Recent = field(default_factory=lambda: Recent(_RECENT))
-    compute_s: Recent = field(default_factory=lambda: Recent(_RECENT))
+    # Rows per recent batch (queue and compute times are in the metrics' histograms, not kept here).
+    batches: Recent = field(default_factory=lambda: Recent(_RECENT, "q"))
 
 
 class _CountersByModel(dict[str, "ModelCounters"]):
@@ -124,8 +119,6 @@ class ModelStats:
         counters.batches_run += 1
         counters.rows_run += rows
         counters.batches.append(rows)
-        counters.queue_s.extend(queue_s)
-        counters.compute_s.append(compute_s)
         counters.depth = depth
 
     def gpu_oom(self, model: str) -> None:

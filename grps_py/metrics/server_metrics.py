@@ -94,6 +94,8 @@ class ServerMetrics:
         self._gpu_gauges = self._gpu_families() if self._nvml.devices else None
         self._overall = Scope()
         self._scopes = {key: Scope() for key in model_labels}
+        self._current_s = -1  # the second of the buckets in _current
+        self._current: dict[str, tuple[Bucket, Bucket | None]] = {}
         process_names = [CPU, MEM]
         for index in self._nvml.devices:
             process_names.extend(gpu_names(index))
@@ -109,10 +111,19 @@ class ServerMetrics:
         )
 
     def _buckets(self, key: str) -> tuple[Bucket, Bucket | None]:
-        """The current 1 s buckets of the whole server and of the model (None: not a known model)."""
+        """The current 1 s buckets of the whole server and of the model (None: not a known model).
+
+        Looked up once per model and second: requests and batches report twice per request."""
         now_s = int(self._clock())
-        scope = self._scopes.get(key)
-        return self._overall.bucket(now_s), None if scope is None else scope.bucket(now_s)
+        if now_s != self._current_s:
+            self._current_s = now_s
+            self._current.clear()
+        pair = self._current.get(key)
+        if pair is None:
+            scope = self._scopes.get(key)
+            pair = self._overall.bucket(now_s), None if scope is None else scope.bucket(now_s)
+            self._current[key] = pair
+        return pair
 
     # -- SchedulerObserver ---------------------------------------------------------------------
     def queued(self, model: str, depth: int) -> None:
