@@ -48,31 +48,35 @@ class GrpsContext:
         self.request_id = request_id
         self.priority = priority  # 1 is the highest level; 0 takes the model's default
         # Request parameters (OIP `parameters`): str, int, float or bool values by name.
-        self.parameters: dict[str, Any] = dict(parameters or {})
+        self.parameters: dict[str, Any] = dict(parameters) if parameters else {}
         self._streaming = streaming
         self._http_request = http_request
-        self._http_response: HttpResponse | None = None
         self._deadline = None if deadline_s is None else time.monotonic() + deadline_s
-        self._user_data: dict[Any, Any] = {}
-        self._has_err = False
-        self._err_msg = ""
-        # Set on the loop thread, read by model threads: a plain flag is enough (no waiting on it).
-        self._disconnected = False
         self._on_cancel: list[Callable[[], object]] = []
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._loop_thread: int | None = None
-        self._sink: asyncio.Queue[Any] | None = None
-        self._streamed = 0
-        self._stream_closed = False  # a message sent with final=True was the last one
-        # Set by the model node while its code runs, for stream_respond_with_postprocess.
-        self.postprocess: Callable[[Any], Payload] | None = None
+
+    # What most requests never change is set on the class: a context is made per request.
+    _http_response: HttpResponse | None = None
+    _user_data: dict[Any, Any] | None = None  # made on the first put_user_data
+    _has_err = False
+    _err_msg = ""
+    # Set on the loop thread, read by model threads: a plain flag is enough (no waiting on it).
+    _disconnected = False
+    _loop: asyncio.AbstractEventLoop | None = None
+    _loop_thread: int | None = None
+    _sink: asyncio.Queue[Any] | None = None
+    _streamed = 0
+    _stream_closed = False  # a message sent with final=True was the last one
+    # Set by the model node while its code runs, for stream_respond_with_postprocess.
+    postprocess: Callable[[Any], Payload] | None = None
 
     # -- user data and errors ------------------------------------------------------------------
     def put_user_data(self, key: Any, value: Any) -> None:
+        if self._user_data is None:
+            self._user_data = {}
         self._user_data[key] = value
 
     def get_user_data(self, key: Any, default: Any = None) -> Any:
-        return self._user_data.get(key, default)
+        return default if self._user_data is None else self._user_data.get(key, default)
 
     def set_has_err(self, has_err: bool = True) -> None:
         self._has_err = bool(has_err)

@@ -240,8 +240,10 @@ class ModelNode:
         tensors = payload.value
         declared = self._outputs
         if declared:
-            tensors = name_outputs(self.settings.outputs, tensors)
-            payload = Payload(PayloadKind.TENSORS, tensors)
+            named = name_outputs(self.settings.outputs, tensors)
+            if named is not tensors:
+                tensors = named
+                payload = Payload(PayloadKind.TENSORS, tensors)
         for tensor in tensors:
             self._check_output(tensor, declared.get(tensor.name))
         return payload
@@ -275,7 +277,9 @@ class ModelNode:
     def checked_input(self, payload: Payload) -> Payload:
         """Tensors are checked against the declared inputs (and named by them when sent unnamed)."""
         if self._inputs is not None and payload.kind is PayloadKind.TENSORS:
-            return Payload(PayloadKind.TENSORS, self._inputs.check(payload.value, self.key))
+            checked = self._inputs.check(payload.value, self.key)
+            if checked is not payload.value:
+                return Payload(PayloadKind.TENSORS, checked)
         return payload
 
     # -- running -------------------------------------------------------------------------------

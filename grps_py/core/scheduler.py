@@ -69,9 +69,10 @@ class ConcurrencyLimit:
 
     def release(self) -> None:
         self.running -= 1
-        waiting, self._waiting = self._waiting, {}
-        for wake in waiting.values():
-            wake()
+        if self._waiting:  # seldom: only while the limit holds requests back
+            waiting, self._waiting = self._waiting, {}
+            for wake in waiting.values():
+                wake()
 
     def wait(self, wake: Callable[[], None]) -> None:
         """Call `wake` once, at the next release."""
@@ -123,6 +124,7 @@ class ModelScheduler:
         batching = settings.batching
         self.batching = batching.type == "dynamic" and not any(i.is_async for i in instances)
         self.max_rows = batching.max_batch_size
+        self._max_queue = batching.max_queue_size
         self._preferred = set(batching.preferred_batch_size)
         self._timeout_s = batching.batch_timeout_us / 1e6
         self._aging_s = settings.priority_aging_us / 1e6
@@ -161,9 +163,10 @@ class ModelScheduler:
             raise InvalidInput(
                 f"the request has {rows} rows; model '{self.key}' takes at most {self.max_rows}"
             )
-        if self.depth >= self.settings.batching.max_queue_size:
-            self._observer.dropped(self.key, QUEUE_FULL, self.depth)
-            raise Overloaded(f"model '{self.key}' queue is full ({self.depth} requests waiting); retry later")
+        depth = self.depth
+        if depth >= self._max_queue:
+            self._observer.dropped(self.key, QUEUE_FULL, depth)
+            raise Overloaded(f"model '{self.key}' queue is full ({depth} requests waiting); retry later")
         if ctx.if_disconnected():  # a DAG's later node, after the client went away
             raise asyncio.CancelledError
         remaining = ctx.time_remaining()
@@ -395,15 +398,17 @@ class ModelScheduler:
     ) -> None:
         """The instance is done with a dispatch: answer the requests that ran in it."""
         self._returned(dispatch)
-        batch = dispatch.items
-        ran = [(item, outcome) for item, outcome in zip(batch, outcomes, strict=True) if item.run is dispatch]
+        ran: list[tuple[QueueItem, Outcome]] = []
+        queue_s: list[float] = []
+        rows = 0
+        for item, outcome in zip(dispatch.items, outcomes, strict=True):  # one loop: this runs per request
+            if item.run is dispatch:
+                ran.append((item, outcome))
+                queue_s.append(started - item.enqueued)
+                rows += item.rows
         if not ran:
             return  # everything in it was taken back before it started
         compute_s = loop.time() - started
-        queue_s = [started - item.enqueued for item, _ in ran]
-        rows = 0
-        for item, _ in ran:  # not sum() over a generator: this runs per request
-            rows += item.rows
         self._observer.batch_ran(self.key, rows, queue_s, compute_s, self.depth)
         for item, (out, err) in ran:
             item.run = None  # no reference cycles left for the GC: item -> dispatch -> item
