@@ -58,6 +58,9 @@ _WIRE_DTYPE_BY_FLAT_FIELD: dict[str, np.dtype[Any]] = {
     "flat_float32": np.dtype("<f4"),
     "flat_float64": np.dtype("<f8"),
 }
+# Up to this many values, iterating a packed field costs less than cutting it out of the serialized
+# tensor (1.5 us less at 16 FP32 values; at 64 they cost the same, at 4096 iterating is 30 times slower).
+_ITERATE_UP_TO = 32
 _FLAT_FIELD_NUMBERS: dict[str, int] = {
     name: grps_pb2.GenericTensor.DESCRIPTOR.fields_by_name[name].number for name in DTYPE_BY_FLAT_FIELD
 }
@@ -190,11 +193,14 @@ def _read_flat(tensor: grps_pb2.GenericTensor, info: DTypeInfo, label: str, limi
     wire_dtype = _WIRE_DTYPE_BY_FLAT_FIELD.get(info.flat_field)
     if wire_dtype is None:
         return narrow_ints(np.fromiter(values, np.int64, count=len(values)), info, label)
+    count = len(values)
+    if count <= _ITERATE_UP_TO:
+        return narrow_floats(np.fromiter(values, wire_dtype, count=count), info, label)
     raw = _packed_field_bytes(tensor, _FLAT_FIELD_NUMBERS[info.flat_field])
-    if len(raw) == len(values) * wire_dtype.itemsize:
+    if len(raw) == count * wire_dtype.itemsize:
         wide = np.frombuffer(raw, dtype=wire_dtype)
     else:  # not one packed run (never seen from upb); read it the slow, sure way
-        wide = np.fromiter(values, wire_dtype, count=len(values))
+        wide = np.fromiter(values, wire_dtype, count=count)
     return narrow_floats(wide, info, label)
 
 
