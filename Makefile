@@ -17,8 +17,8 @@ serve: $(STAMP)
 	$(BIN)/grps-py serve .
 
 lint: $(STAMP)
-	$(BIN)/ruff check grps_py grps_framework tests scripts bench examples
-	$(BIN)/ruff format --check grps_py grps_framework tests scripts bench examples
+	$(BIN)/ruff check grps_py grps_framework src tests scripts bench examples
+	$(BIN)/ruff format --check grps_py grps_framework src tests scripts bench examples
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
