@@ -242,10 +242,11 @@ async def _check(args: argparse.Namespace) -> None:
 
 
 def describe(node: ModelNode) -> str:
-    s = node.settings
-    warmed = f", warmed up ({s.warmup.count} run(s))" if s.warmup else ""
-    instances = f"{len(node.instances)} instance(s)"
-    return f"model {node.key}: loaded ({s.inferer_type} on {s.device}, {instances}{warmed})"
+    """`model classifier-1.0.0: loaded (onnx on cpu (device: auto), 1 instance(s))`: where it really runs,
+    as the server's log says it."""
+    warmup = node.settings.warmup
+    warmed = f", warmed up ({warmup.count} run(s))" if warmup else ""
+    return f"model {node.key}: loaded ({node.summary()}{warmed})"
 
 
 class _NoTracebacks(logging.Filter):

@@ -53,6 +53,8 @@ class ModelEntry:
     batch_timeout_us: int
     takes_messages: bool  # the first node's converter speaks GrpsMessage (converter none / customized)
     gpu: bool
+    instances: int = 1
+    preferred_batch_size: tuple[int, ...] = ()
 
 
 def _spec_from_description(item: Mapping[str, Any]) -> TensorSpec:
@@ -137,7 +139,7 @@ class Catalog:
     def _node_entry(self, node: ModelNode) -> ModelEntry:
         s = node.settings
         inputs, outputs = node_signature(node)
-        dynamic = s.batching.type == "dynamic"
+        batched = node.max_batch_size > 0  # the grps metadata's story too (executor._describe_batching)
         return ModelEntry(
             name=s.name,
             version=s.version,
@@ -147,10 +149,12 @@ class Catalog:
             inputs=inputs,
             outputs=outputs,
             declared_inputs=bool(s.inputs),
-            max_batch_size=s.batching.max_batch_size if dynamic else 0,
-            batch_timeout_us=s.batching.batch_timeout_us if dynamic else 0,
+            max_batch_size=node.max_batch_size,
+            batch_timeout_us=s.batching.batch_timeout_us if batched else 0,
             takes_messages=node.converter.speaks_messages,
             gpu=node.on_gpu,
+            instances=len(node.instances),
+            preferred_batch_size=s.batching.preferred_batch_size if batched else (),
         )
 
     def _dag_entry(self) -> ModelEntry:
@@ -213,8 +217,10 @@ def model_config(entry: ModelEntry) -> dict[str, Any]:
         "max_batch_size": entry.max_batch_size,
         "input": [_config_tensor(spec, batched) for spec in entry.inputs],
         "output": [_config_tensor(spec, batched) for spec in entry.outputs],
-        "instance_group": [{"count": 1, "kind": "KIND_GPU" if entry.gpu else "KIND_CPU"}],
+        "instance_group": [{"count": entry.instances, "kind": "KIND_GPU" if entry.gpu else "KIND_CPU"}],
     }
     if batched:
         config["dynamic_batching"] = {"max_queue_delay_microseconds": entry.batch_timeout_us}
+        if entry.preferred_batch_size:
+            config["dynamic_batching"]["preferred_batch_size"] = list(entry.preferred_batch_size)
     return config

@@ -91,6 +91,7 @@ class Executor:
         report(f"loading model {node.key} ...")
         await asyncio.get_running_loop().run_in_executor(None, node.load)
         report(f"loading model {node.key} ... done ({time.perf_counter() - started:.1f} s)")
+        log.info("model %s: loaded (%s)", node.key, node.summary())
 
     async def drain(self, grace_s: float) -> bool:
         """Wait up to `grace_s` for in-flight requests to finish; True when none is left."""
@@ -272,8 +273,10 @@ class Executor:
             "version": s.version,
             "inferer_type": s.inferer_type,
             "converter_type": s.converter_type or "default",
-            "device": s.device,
-            "batching": {"type": s.batching.type, "max_batch_size": s.batching.max_batch_size},
+            # Where it runs (`auto` resolved, as `grps-py check` says), and what inference.yml asked for.
+            "device": ", ".join(node.run_devices),
+            "configured_device": ", ".join(node.configured_devices),
+            "batching": _describe_batching(node),
             "instances": len(node.instances),
             "loaded": node.loaded,
             "scheduler": summary(self.stats.model(node.key)),
@@ -284,6 +287,22 @@ class Executor:
             if specs:
                 meta[key] = [_describe_spec(spec) for spec in specs]
         return yaml.safe_dump(meta, sort_keys=False)
+
+
+def _describe_batching(node: ModelNode) -> dict[str, Any]:
+    """Batching as the server applies it, with OIP's model config's max_batch_size (0: not batched); the
+    batch settings only where they apply."""
+    if not node.max_batch_size:
+        return {"type": "none", "max_batch_size": 0}
+    batching = node.settings.batching
+    meta: dict[str, Any] = {
+        "type": batching.type,
+        "max_batch_size": node.max_batch_size,
+        "batch_timeout_us": batching.batch_timeout_us,
+    }
+    if batching.preferred_batch_size:
+        meta["preferred_batch_size"] = list(batching.preferred_batch_size)
+    return meta
 
 
 def _describe_spec(spec: TensorSpec) -> dict[str, Any]:

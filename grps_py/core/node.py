@@ -199,11 +199,43 @@ class ModelNode:
         return dict(describe()) if callable(describe) else {}
 
     @property
+    def run_devices(self) -> list[str]:
+        """Where the instances run, each device once: once loaded, as the backend resolved it (`auto`
+        becomes `cpu` or `cuda:0`, a GPU this host lacks `cpu`); before that, and for the user's own
+        model code (which may share one inferer between instances), the device each instance was given."""
+        found = [(_run_device(i.inferer) if self.loaded else None) or i.device for i in self.instances]
+        return list(dict.fromkeys(found))
+
+    @property
+    def configured_devices(self) -> list[str]:
+        """The devices inference.yml gives the instances (`devices: [0, 1]`: cuda:0, cuda:1), each once."""
+        return list(dict.fromkeys(i.device for i in self.instances))
+
+    def placement(self) -> str:
+        """Where the model runs, `cpu` or `cuda:0, cuda:1`, followed by what inference.yml says where that
+        differs: `cpu (device: auto)`, `cpu (devices: [0])` on a host without a GPU."""
+        running = ", ".join(self.run_devices)
+        if self.run_devices == self.configured_devices:
+            return running
+        if self.settings.devices:
+            return f"{running} (devices: {list(self.settings.devices)})"
+        return f"{running} (device: {self.settings.device})"
+
+    def summary(self) -> str:
+        """What `grps-py check` and the server's log say of a loaded model: `onnx on cpu (device: auto),
+        1 instance(s)`."""
+        return f"{self.settings.inferer_type} on {self.placement()}, {len(self.instances)} instance(s)"
+
+    @property
+    def max_batch_size(self) -> int:
+        """The most rows the server puts in one batch; 0 when it does not batch this model (Triton's
+        meaning): batching `none`, or async model code, which runs requests one by one."""
+        return self.settings.batching.max_batch_size if self.scheduler.batching else 0
+
+    @property
     def on_gpu(self) -> bool:
         """Whether the loaded model runs on a GPU (as its backend reports it)."""
-        inferer = self.inferer
-        device = getattr(inferer, "input_device", None) or getattr(inferer, "run_device", None)
-        return self.loaded and str(device or inferer.device or "").startswith(("cuda", "gpu"))
+        return self.loaded and any(device.startswith(("cuda", "gpu")) for device in self.run_devices)
 
     def close(self) -> None:
         self.scheduler.close()
@@ -314,6 +346,16 @@ class ModelNode:
         """The error model code reported through its context, as a ModelError."""
         msg = scrub(ctx.get_err_msg(), self._secrets, _MAX_REPORTED_CHARS)
         raise ModelError(msg or f"model '{self.key}' reported an error")
+
+
+def _run_device(inferer: ModelInferer) -> str | None:
+    """The device a loaded built-in inferer runs on, by the attribute its backend keeps it in (ONNX
+    Runtime's `run_device`, TorchScript's `model_device`: where the weights are)."""
+    for name in ("run_device", "model_device"):
+        device = getattr(inferer, name, None)
+        if isinstance(device, str) and device:
+            return device
+    return None
 
 
 def _odd_values(array: np.ndarray[Any, Any]) -> str | None:
