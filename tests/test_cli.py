@@ -6,6 +6,7 @@ import os
 import pty
 import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -19,6 +20,8 @@ import pytest
 from grps_py.cli import main
 from grps_py.cli.messages import InputError, parse_tensor
 from support import BASIC
+
+ONNX_MODEL = Path(__file__).parent.parent / "models" / "default.onnx"
 
 LISTENING = re.compile(r"listening: http \S+:(\d+) grpc (\d+)")
 # The basic project's test models, without the torch and onnx ones (quick to start).
@@ -165,12 +168,128 @@ def test_offline_then_online_switches_readiness(
     assert run(capsys, "ready", *remote) == (0, "ready\n", "")
 
 
-def test_an_unreachable_server_is_one_line_and_exit_1(capsys: pytest.CaptureFixture[str]) -> None:
-    for protocol in ("http", "grpc"):
-        code, _, err = run(
-            capsys, "predict", "--url", "127.0.0.1:1", "--protocol", protocol, "--str", "x", "--timeout", "5"
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.mark.parametrize(("protocol", "named"), [("http", "HTTP"), ("grpc", "gRPC")])
+def test_an_unreachable_server_is_one_line_that_says_so(
+    protocol: str, named: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """No server answered: the line says so, and does not read like a 503 the server sent."""
+    url = f"127.0.0.1:{free_port()}"
+    expected = (
+        f"grps-py: cannot connect to {url} ({named}): connection refused; "
+        "is the server running? (grps-py serve PROJECT_DIR)\n"
+    )
+    for command in (["predict", "--str", "x"], ["ready"], ["online"], ["offline"]):
+        assert run(capsys, *command, "--url", url, "--protocol", protocol, "--timeout", "5") == (
+            1,
+            "",
+            expected,
         )
-        assert code == 1 and err.startswith("grps-py: 503 UNAVAILABLE:") and err.count("\n") == 1
+
+
+@pytest.mark.parametrize(("protocol", "named"), [("http", "HTTP"), ("grpc", "gRPC")])
+def test_no_answer_in_time_says_so(protocol: str, named: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with socket.socket() as silent:  # takes connections (the kernel does) and never answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        url = f"127.0.0.1:{silent.getsockname()[1]}"
+        code, out, err = run(
+            capsys, "predict", "--url", url, "--protocol", protocol, "--str", "x", "--timeout", "0.5"
+        )
+    assert (code, out) == (1, "")
+    assert (
+        err == f"grps-py: no answer from {url} ({named}) within 0.5 s; wait longer with --timeout SECONDS\n"
+    )
+
+
+GATED_SRC = """import time
+from pathlib import Path
+
+from grps_py import ModelInferer, inferer_register
+
+
+class Gated(ModelInferer):
+    \"\"\"Loads once the test creates the gate file: until then the server listens but is not ready.\"\"\"
+
+    def load(self):
+        deadline = time.monotonic() + 120
+        while not Path(self.args["gate"]).exists():
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.05)
+        return True
+
+    def infer(self, inp, context):
+        return inp
+
+
+inferer_register.register("gated", Gated())
+"""
+
+
+def gated_project(root: Path) -> Path:
+    (root / "conf").mkdir(parents=True)
+    (root / "src").mkdir()
+    (root / "src" / "gated.py").write_text(GATED_SRC)
+    (root / "conf" / "server.yml").write_text(
+        "interface: {framework: http+grpc, host: 127.0.0.1, port: '0,0'}\n"
+    )
+    (root / "conf" / "inference.yml").write_text(
+        "models:\n  - {name: m, version: '1', inferer_type: customized, inferer_name: gated,"
+        f" converter_type: none, inferer_args: {{gate: '{root / 'gate'}'}}}}\n"
+        "dag: {name: d, nodes: [{name: m, type: model, model: m-1}]}\n"
+    )
+    return root
+
+
+@pytest.mark.parametrize(("protocol", "named"), [("http", "HTTP"), ("grpc", "gRPC")])
+def test_ready_wait_until_the_server_listens_and_loads(
+    protocol: str, named: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`ready --wait` counts no server yet, and a server still loading its models, as not ready; a real
+    503 (a request while the models load) still reads as the server's answer."""
+    root = gated_project(tmp_path / "project")
+    ports = {"http": free_port(), "grpc": free_port()}
+    url = ["--url", f"127.0.0.1:{ports[protocol]}", "--protocol", protocol]
+    assert run(capsys, "ready", *url, "--wait", "0.5") == (
+        1,
+        "",
+        f"grps-py: not ready after 0.5 s; last try: cannot connect to 127.0.0.1:{ports[protocol]} ({named}): "
+        "connection refused\n",
+    )
+    waiter = subprocess.Popen(
+        [sys.executable, "-m", "grps_py.cli", "ready", *url, "--wait", "120"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        with serving(str(root), "--port", f"{ports['http']},{ports['grpc']}"):
+            try:
+                assert run(capsys, "ready", *url) == (1, "not ready\n", "")
+                assert run(capsys, "ready", *url, "--wait", "0.3") == (
+                    1,
+                    "",
+                    "grps-py: not ready after 0.3 s; last try: the server answers not ready\n",
+                )
+                code, out, err = run(capsys, "predict", *url, "--str", "early")
+                assert (code, out) == (1, "") and err.startswith(
+                    "grps-py: 503 UNAVAILABLE: models are still loading"
+                )
+                assert waiter.poll() is None  # still waiting
+            finally:
+                (root / "gate").touch()
+            assert waiter.wait(60) == 0 and waiter.communicate() == ("ready\n", "")
+            assert run(capsys, "predict", *url, "--str", "served") == (0, "served\n", "")
+    finally:
+        if waiter.poll() is None:
+            waiter.kill()
+            waiter.wait()
 
 
 def test_a_bad_port_option_stops_serve_with_one_line() -> None:
@@ -373,4 +492,80 @@ def test_check_on_a_broken_project_is_one_line_and_exit_2(
     assert result.returncode == 2 and result.stdout == ""
     assert (
         result.stderr.count("\n") == 1 and result.stderr.startswith("grps-py: ") and message in result.stderr
+    )
+
+
+@pytest.mark.parametrize("command", ["check", "serve"])
+@pytest.mark.parametrize(
+    ("file", "old", "new", "column", "message"),
+    [
+        (
+            "conf/inference.yml",
+            "  - name: my_model\n",
+            "  - name: my_model: two\n",
+            19,  # the second ':'
+            "YAML syntax error: mapping values are not allowed here "
+            "(check the indentation and the ':' on that line)",
+        ),
+        (
+            "conf/server.yml",
+            "\n  host: ",
+            "\n   host: ",
+            4,  # the key indented one space too far
+            "YAML syntax error: expected <block end>, but found '<block mapping start>' "
+            "(check the indentation: this line does not line up with the lines above)",
+        ),
+    ],
+)
+def test_a_yaml_syntax_error_is_one_line_with_its_place(
+    project: Path, tmp_path: Path, command: str, file: str, old: str, new: str, column: int, message: str
+) -> None:
+    """FILE:LINE:COLUMN, PyYAML's problem and a hint, instead of PyYAML's several lines."""
+    broken = broken_copy(project, tmp_path, file, old, new)
+    text = (broken / file).read_text()
+    line = text[: text.index(new.strip("\n"))].count("\n") + 1
+    result = cli(command, str(broken), *(["--port", "0,0"] if command == "serve" else []))
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr == f"grps-py: {broken / file}:{line}:{column}: {message}\n"
+
+
+@pytest.mark.parametrize("command", ["check", "serve"])
+def test_a_misspelt_key_gets_a_suggestion(project: Path, tmp_path: Path, command: str) -> None:
+    broken = broken_copy(project, tmp_path, "conf/inference.yml", "    inferer_name: ", "    inferer_nmae: ")
+    result = cli(command, str(broken))
+    assert result.returncode == 2 and result.stdout == "" and result.stderr.count("\n") == 1
+    assert result.stderr.startswith(
+        f"grps-py: {broken / 'conf/inference.yml'}: models[0].inferer_nmae: unknown key; "
+        "did you mean 'inferer_name'? (allowed keys: name, version, device, "
+    )
+
+
+# --- where models run: the device they really use, the same in check, the log and the metadata -------
+
+
+def test_check_and_the_log_name_the_device_a_model_runs_on(tmp_path: Path) -> None:
+    """`device: auto` is reported resolved (cpu, or cuda:0 where ONNX Runtime has a GPU), with the
+    configured value beside it; a device that is used as configured is named once."""
+    root = tmp_path / "project"
+    (root / "conf").mkdir(parents=True)
+    (root / "conf" / "server.yml").write_text("interface: {framework: http, host: 127.0.0.1, port: '0'}\n")
+    onnx = "inferer_type: onnx, inferer_path: " + str(ONNX_MODEL) + ", converter_type: numpy"
+    (root / "conf" / "inference.yml").write_text(
+        "models:\n"
+        f"  - {{name: auto, version: '1', device: auto, {onnx}}}\n"
+        f"  - {{name: cpu, version: '1', device: cpu, {onnx}, instances: 2}}\n"
+        "dag: {name: d, nodes: [{name: n, type: model, model: auto-1}]}\n"
+    )
+    result = cli("check", "-v", str(root))
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[-1] == "ok" and len(lines) == 3
+    auto = re.fullmatch(
+        r"model auto-1: loaded \(onnx on (cpu|cuda:0) \(device: auto\), 1 instance\(s\)\)", lines[0]
+    )
+    assert auto, lines
+    assert lines[1] == "model cpu-1: loaded (onnx on cpu, 2 instance(s))"
+    # The server's log says the same, as `serve` writes it.
+    assert (
+        f"grps_py.executor: {lines[0]}" in result.stderr and f"grps_py.executor: {lines[1]}" in result.stderr
     )

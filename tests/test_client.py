@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from grps_py import status
-from grps_py.client import GrpsClient, GrpsClientError
+from grps_py.client import GrpsClient, GrpsClientError, GrpsConnectionError, GrpsTimeoutError
 from grps_py.client.errors import code_for_status, status_for_code
 from grps_py.client.http_wire import ChunkedDecoder, StreamDecoder
 from grps_py.core.types import PayloadKind
@@ -307,9 +307,15 @@ def test_a_stream_past_its_timeout_is_504(client: GrpsClient) -> None:
     assert async_err.value.status == 504
 
 
+NAMED = {"http": "HTTP", "grpc": "gRPC"}
+
+
 @pytest.mark.parametrize("protocol", PROTOCOLS)
-def test_connection_refused_is_503(protocol: str) -> None:
-    with GrpsClient(f"127.0.0.1:{free_port()}", protocol=protocol, timeout=5) as nobody:
+def test_connection_refused_is_a_connection_error_with_status_503(protocol: str) -> None:
+    """No server answered: a GrpsConnectionError whose text says so, still 503 UNAVAILABLE for callers
+    that retry on it."""
+    url = f"127.0.0.1:{free_port()}"
+    with GrpsClient(url, protocol=protocol, timeout=5) as nobody:
         for call in (
             lambda: nobody.predict("x"),
             lambda: list(nobody.predict_stream("x")),
@@ -317,10 +323,48 @@ def test_connection_refused_is_503(protocol: str) -> None:
             nobody.live,
             nobody.server_metadata,
         ):
-            with pytest.raises(GrpsClientError) as err:
+            with pytest.raises(GrpsConnectionError) as err:
                 call()
+            assert isinstance(err.value, GrpsClientError)
             assert (err.value.status, err.value.code) == (503, "UNAVAILABLE")
-            assert "connection to " in err.value.message and "refused" in err.value.message.lower()
+            assert (err.value.connecting, err.value.reason) == (True, "connection refused")
+            assert str(err.value) == f"cannot connect to {url} ({NAMED[protocol]}): connection refused"
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_an_unknown_host_is_a_connection_error(protocol: str) -> None:
+    nobody = GrpsClient("no-such-host.invalid:7080", protocol=protocol, timeout=5)
+    with nobody, pytest.raises(GrpsConnectionError) as err:
+        nobody.live()
+    named = NAMED[protocol]
+    assert (
+        str(err.value)
+        == f"cannot connect to no-such-host.invalid:7080 ({named}): cannot resolve the host name"
+    )
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_no_answer_in_time_is_a_timeout_error_with_status_504(protocol: str) -> None:
+    with socket.socket() as silent:  # takes connections (the kernel does) and never answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        url = f"127.0.0.1:{silent.getsockname()[1]}"
+        with GrpsClient(url, protocol=protocol, timeout=0.3) as mute:
+            for call in (lambda: mute.predict("x"), lambda: list(mute.predict_stream("x")), mute.ready):
+                with pytest.raises(GrpsTimeoutError) as err:
+                    call()
+                assert (err.value.status, err.value.code, err.value.timeout_s) == (
+                    504,
+                    "DEADLINE_EXCEEDED",
+                    0.3,
+                )
+                assert str(err.value) == f"no answer from {url} ({NAMED[protocol]}) within 0.3 s"
+
+
+def test_an_error_the_server_answered_is_neither(client: GrpsClient) -> None:
+    with pytest.raises(GrpsClientError) as err:
+        client.predict("x", model="nope-1")
+    assert not isinstance(err.value, (GrpsConnectionError, GrpsTimeoutError))
 
 
 def test_bad_url_or_protocol() -> None:

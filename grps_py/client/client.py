@@ -6,8 +6,9 @@
         for part in client.predict_stream("5", model="stream-1.0"):
             print(part)
 
-Every failure, the server's or the network's, raises `GrpsClientError`. A client holds one
-connection (HTTP) or channel (gRPC) and is not thread-safe: use one per thread.
+Every failure, the server's or the network's, raises `GrpsClientError` (the network's as its subclasses
+`GrpsConnectionError` and `GrpsTimeoutError`). A client holds one connection (HTTP) or channel (gRPC)
+and is not thread-safe: use one per thread.
 """
 
 from __future__ import annotations

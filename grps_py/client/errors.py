@@ -1,20 +1,29 @@
-"""The client's one exception, and the status <-> code names it carries.
+"""The client's exception, and the status <-> code names it carries.
 
 HTTP statuses and gRPC codes are related through the server's own error table (`grps_py.status`), so
 the same failure reads the same over both protocols: a 404 over HTTP and NOT_FOUND over gRPC both
 give `status=404, code="NOT_FOUND"`.
+
+Two subclasses are failures with no answer from the server, so their text names no status:
+`GrpsConnectionError` (no connection, or it broke) and `GrpsTimeoutError` (no answer in time). They keep
+the status and code a retrying caller already looks at: 503 UNAVAILABLE and 504 DEADLINE_EXCEEDED.
 """
 
 from __future__ import annotations
 
+import errno as errnos
 import os
+import socket
 
 import grpc
 
 from grps_py.status import ERROR_TABLE
 
 __all__ = [
+    "REFUSED",
     "GrpsClientError",
+    "GrpsConnectionError",
+    "GrpsTimeoutError",
     "answer_unreadable",
     "code_for_status",
     "deadline_exceeded",
@@ -84,15 +93,65 @@ class GrpsClientError(Exception):
         return cls(status_for_code(code), code.name, details)
 
 
-def unavailable(where: str, exc: BaseException) -> GrpsClientError:
-    """The server cannot be reached, or dropped the connection: worth retrying later."""
+class GrpsConnectionError(GrpsClientError):
+    """No answer: the server could not be reached (`connecting`), or the connection broke before the
+    answer came. `where` is `host:port (HTTP)` or `host:port (gRPC)`, `reason` what went wrong
+    ("connection refused"). Status 503 and code UNAVAILABLE, as for a server not ready: retry later."""
+
+    def __init__(self, where: str, reason: str, connecting: bool) -> None:
+        text = f"cannot connect to {where}" if connecting else f"connection to {where} failed"
+        super().__init__(503, "UNAVAILABLE", f"{text}: {reason}")
+        self.where, self.reason, self.connecting = where, reason, connecting
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class GrpsTimeoutError(GrpsClientError):
+    """No answer within the call's timeout (the client's own deadline; a server answering 504 at its
+    deadline raises a plain GrpsClientError). Status 504, code DEADLINE_EXCEEDED."""
+
+    def __init__(self, where: str, timeout_s: float | None) -> None:
+        within = "in time" if timeout_s is None else f"within {timeout_s:g} s"
+        super().__init__(504, "DEADLINE_EXCEEDED", f"no answer from {where} {within}")
+        self.where, self.timeout_s = where, timeout_s
+
+    def __str__(self) -> str:
+        return self.message
+
+
+# OSErrors raised before any connection is made: nothing reached a server.
+_NOT_CONNECTED = {errnos.ECONNREFUSED, errnos.EHOSTUNREACH, errnos.ENETUNREACH, errnos.EADDRNOTAVAIL}
+REFUSED = "connection refused"  # the same words over HTTP and gRPC, on every platform
+UNRESOLVED = "cannot resolve the host name"
+
+
+def unavailable(where: str, exc: BaseException, connecting: bool | None = None) -> GrpsConnectionError:
+    """The server cannot be reached, or dropped the connection: worth retrying later. `connecting`: the
+    exception came from opening the connection (None: tell by its errno)."""
+    if isinstance(exc, socket.gaierror):  # its errno is getaddrinfo's, which os.strerror does not know
+        return GrpsConnectionError(where, UNRESOLVED, connecting=True)
     errno = exc.errno if isinstance(exc, OSError) else None
+    if errno == errnos.ECONNREFUSED:
+        return GrpsConnectionError(where, REFUSED, connecting=True)
     reason = os.strerror(errno) if errno else str(exc) or type(exc).__name__  # asyncio's text names no cause
-    return GrpsClientError(503, "UNAVAILABLE", f"connection to {where} failed: {reason}")
+    if connecting is None:
+        connecting = errno in _NOT_CONNECTED
+    return GrpsConnectionError(where, reason[:1].lower() + reason[1:], connecting)
 
 
-def deadline_exceeded(where: str, timeout_s: float | None) -> GrpsClientError:
-    return GrpsClientError(504, "DEADLINE_EXCEEDED", f"no answer from {where} within {timeout_s} s")
+def grpc_unavailable(where: str, details: str) -> GrpsConnectionError:
+    """gRPC's UNAVAILABLE that no server sent (it has no request id): its long details, made short."""
+    text = details.lower()
+    if "refused" in text:
+        return GrpsConnectionError(where, REFUSED, connecting=True)
+    if "resolv" in text or "lookup" in text:
+        return GrpsConnectionError(where, UNRESOLVED, connecting=True)
+    return GrpsConnectionError(where, details, connecting="failed to connect" in text)
+
+
+def deadline_exceeded(where: str, timeout_s: float | None) -> GrpsTimeoutError:
+    return GrpsTimeoutError(where, timeout_s)
 
 
 def answer_unreadable(what: str) -> GrpsClientError:

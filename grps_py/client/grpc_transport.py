@@ -12,7 +12,7 @@ from typing import Any
 
 import grpc
 
-from grps_py.client.errors import GrpsClientError, deadline_exceeded
+from grps_py.client.errors import GrpsClientError, deadline_exceeded, grpc_unavailable
 from grps_py.client.values import Reply, Request
 from grps_py.protos import grps_pb2, grps_pb2_grpc
 
@@ -33,6 +33,7 @@ def _checked(reply: Msg) -> Msg:
 class GrpcTransport:
     def __init__(self, target: str) -> None:
         self.target = target
+        self.where = f"{target} (gRPC)"
         self._channel = grpc.insecure_channel(target, options=_OPTIONS)
         self._stub = grps_pb2_grpc.GrpsServiceStub(self._channel)  # type: ignore[no-untyped-call]
 
@@ -43,9 +44,9 @@ class GrpcTransport:
         if "request_id=" in error.message:
             return error
         if error.code == "DEADLINE_EXCEEDED":
-            return deadline_exceeded(self.target, timeout_s)
+            return deadline_exceeded(self.where, timeout_s)
         if error.code == "UNAVAILABLE":
-            return GrpsClientError(503, "UNAVAILABLE", f"connection to {self.target} failed: {error.message}")
+            return grpc_unavailable(self.where, error.message)
         return error
 
     def _call(self, rpc: Callable[..., Any], message: Msg, timeout_s: float | None) -> Msg:

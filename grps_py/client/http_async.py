@@ -79,13 +79,13 @@ async def _body(
 
 async def stream(url: HttpUrl, call: HttpCall, timeout_s: float | None) -> AsyncGenerator[Payload, None]:
     """Send one streaming predict and yield each message the model streams."""
-    deadline = Deadline(timeout_s, str(url))
+    deadline = Deadline(timeout_s, url.where)
     try:
         reader, writer = await _within(
             asyncio.open_connection(url.host, url.port, ssl=url.scheme == "https" or None), deadline
         )
-    except OSError as exc:
-        raise unavailable(str(url), exc) from exc
+    except OSError as exc:  # several addresses tried (localhost: ::1 and 127.0.0.1) leave no errno
+        raise unavailable(url.where, exc, connecting=True) from exc
     try:
         writer.write(request_bytes(url, call))
         await _within(writer.drain(), deadline)
@@ -100,6 +100,6 @@ async def stream(url: HttpUrl, call: HttpCall, timeout_s: float | None) -> Async
         for payload in decoder.finish():
             yield payload
     except (OSError, ValueError, asyncio.IncompleteReadError, asyncio.LimitOverrunError) as exc:
-        raise unavailable(str(url), exc) from exc
+        raise unavailable(url.where, exc) from exc
     finally:
         writer.close()

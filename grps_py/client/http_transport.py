@@ -56,7 +56,7 @@ class HttpTransport:
             raise deadline.exceeded() from None
         except (OSError, http.client.HTTPException) as exc:
             conn.close()
-            raise unavailable(str(self.url), exc) from exc
+            raise unavailable(self.url.where, exc) from exc
         except BaseException:  # out of time between two steps: a response may be left unread
             conn.close()
             raise
@@ -96,12 +96,12 @@ class HttpTransport:
     # --- the calls ---
 
     def predict(self, request: Request, timeout_s: float | None) -> Reply:
-        deadline = Deadline(timeout_s, str(self.url))
+        deadline = Deadline(timeout_s, self.url.where)
         return read_answer(*self._exchange(predict_call(self.url, request, timeout_s, False), deadline))
 
     def predict_stream(self, request: Request, timeout_s: float | None) -> Generator[Reply, None, None]:
         call = predict_call(self.url, request, timeout_s, True)
-        deadline = Deadline(timeout_s, str(self.url))
+        deadline = Deadline(timeout_s, self.url.where)
         conn = self._new_connection()
         try:
             with self._io(conn, deadline):
@@ -141,7 +141,7 @@ class HttpTransport:
     def health(self, action: str, timeout_s: float | None) -> tuple[bool, int, str]:
         """(ok, status, message): a 503 answer is "not ready", an answer, not an error."""
         status, reason, content_type, body = self._exchange(
-            health_call(self.url, action), Deadline(timeout_s, str(self.url))
+            health_call(self.url, action), Deadline(timeout_s, self.url.where)
         )
         if status == 503:
             return False, status, error_of(status, reason, body).message
@@ -150,7 +150,7 @@ class HttpTransport:
 
     def metadata(self, model: str | None, timeout_s: float | None) -> str:
         answer = read_answer(
-            *self._exchange(metadata_call(self.url, model), Deadline(timeout_s, str(self.url)))
+            *self._exchange(metadata_call(self.url, model), Deadline(timeout_s, self.url.where))
         )
         return str(answer.value) if answer.kind is PayloadKind.TEXT else ""
 

@@ -62,6 +62,11 @@ class HttpUrl:
     def __str__(self) -> str:
         return f"{self.scheme}://{self.netloc}{self.base_path}"
 
+    @property
+    def where(self) -> str:
+        """The server as messages name it: `127.0.0.1:7080 (HTTP)`."""
+        return f"{self.netloc}{self.base_path} ({self.scheme.upper()})"
+
 
 @dataclass(frozen=True)
 class HttpCall:

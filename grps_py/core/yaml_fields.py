@@ -1,11 +1,14 @@
 """Reading one YAML mapping with its file and key path, so every config error names both.
 
 `Fields` wraps a mapping from a config file: each accessor validates one key and fails with a
-ConfigError "FILE: KEY: VALUE is not valid; expected WHAT" (or "missing", or "unknown key").
+ConfigError "FILE: KEY: VALUE is not valid; expected WHAT" (or "missing", or "unknown key" with the
+allowed key it most likely misspells). A file that is not YAML fails in one line too:
+"FILE:LINE:COLUMN: YAML syntax error: PROBLEM (HINT)".
 """
 
 from __future__ import annotations
 
+import difflib
 import math
 import re
 from collections.abc import Sequence
@@ -50,6 +53,15 @@ def is_number(value: object) -> TypeGuard[int | float]:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
+def unknown_key(name: str, allowed: Sequence[str]) -> str:
+    """The "unknown key" message, with the allowed key it most likely misspells (the usual cause)."""
+    close = difflib.get_close_matches(name, allowed, n=1)
+    listed = ", ".join(allowed)
+    if close:
+        return f"unknown key; did you mean {close[0]!r}? (allowed keys: {listed})"
+    return f"unknown key; allowed keys: {listed}"
+
+
 class Fields:
     """One YAML mapping being read. It knows its file and key path, so every error names both."""
 
@@ -61,9 +73,7 @@ class Fields:
             fail(source, prefix or TOP_LEVEL, data, "a mapping with keys " + ", ".join(allowed))
         for name in data:
             if name not in allowed:
-                raise ConfigError(
-                    f"{source}: {self.key(str(name))}: unknown key; allowed keys: {', '.join(allowed)}"
-                )
+                raise ConfigError(f"{source}: {self.key(str(name))}: {unknown_key(str(name), allowed)}")
         self.data: dict[str, object] = data
 
     def key(self, name: str) -> str:
@@ -192,6 +202,7 @@ def check_unique(source: str, entries: Sequence[tuple[str, str]], what: str) -> 
 
 
 def read_yaml(path: Path) -> object:
+    """The file's YAML; a ConfigError in one line when it cannot be read or parsed."""
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError as exc:
@@ -201,4 +212,31 @@ def read_yaml(path: Path) -> object:
     try:
         return yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: invalid YAML: {exc}") from exc
+        raise ConfigError(yaml_error(path, exc)) from exc
+
+
+# What usually causes each of PyYAML's complaints, by a piece of its wording; the first match wins.
+_YAML_HINTS = (
+    ("mapping values are not allowed", "check the indentation and the ':' on that line"),
+    ("'\\t'", "indent with spaces, not tabs"),
+    ("but found ']'", "this ']' closes no '['"),
+    ("but found '}'", "this '}' closes no '{'"),
+    ("expected <block end>", "check the indentation: this line does not line up with the lines above"),
+    ("could not find expected ':'", "a key needs ': ' after it, or the line above is not finished"),
+    ("expected ',' or ']'", "a '[' opened before this point is not closed"),
+    ("expected ',' or '}'", "a '{' opened before this point is not closed"),
+    ("undefined alias", "a value starting with '*' must be quoted"),
+    ("end of stream", "a quote or bracket opened before this point is not closed"),
+)
+_YAML_HINT = "check the indentation and quoting there"
+
+
+def yaml_error(path: Path, exc: yaml.YAMLError) -> str:
+    """One line, `FILE:LINE:COLUMN: YAML syntax error: PROBLEM (HINT)`, for PyYAML's several lines."""
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None)
+    if mark is None or not problem:
+        lines = str(exc).strip().splitlines()
+        return f"{path}: YAML syntax error: {lines[0] if lines else type(exc).__name__}"
+    hint = next((h for words, h in _YAML_HINTS if words in problem), _YAML_HINT)
+    return f"{path}:{mark.line + 1}:{mark.column + 1}: YAML syntax error: {problem} ({hint})"

@@ -254,11 +254,77 @@ def test_missing_file(project: Path) -> None:
     assert str(path) in str(info.value)
 
 
-def test_yaml_syntax_error(project: Path) -> None:
-    path = _write(project, "inference.yml", "models: [a, b\ndag: {")
-    with pytest.raises(ConfigError, match="invalid YAML") as info:
+@pytest.mark.parametrize(
+    ("text", "place", "message"),
+    [
+        (
+            "models:\n  - name: m\n    version: 1: 2\n",
+            "3:15",
+            "mapping values are not allowed here (check the indentation and the ':' on that line)",
+        ),
+        (
+            "models: [a, b\ndag: {",
+            "2:4",
+            "expected ',' or ']', but got ':' (a '[' opened before this point is not closed)",
+        ),
+        (
+            "models:\n\t- a\n",
+            "2:1",
+            "found character '\\t' that cannot start any token (indent with spaces, not tabs)",
+        ),
+        (
+            "dag: {name: d]\n",
+            "1:14",
+            "expected ',' or '}', but got ']' (a '{' opened before this point is not closed)",
+        ),
+        (
+            "dag: 'open\n",
+            "2:1",
+            "found unexpected end of stream (a quote or bracket opened before this point is not closed)",
+        ),
+        ("models: *m\n", "1:9", "found undefined alias 'm' (a value starting with '*' must be quoted)"),
+        ("models: [1]]\n", "1:12", "expected <block end>, but found ']' (this ']' closes no '[')"),
+    ],
+)
+def test_yaml_syntax_error_is_one_line_with_its_place(
+    project: Path, text: str, place: str, message: str
+) -> None:
+    path = _write(project, "inference.yml", text)
+    with pytest.raises(ConfigError) as info:
         load_inference_settings(path, project)
-    assert str(path) in str(info.value)
+    assert str(info.value) == f"{path}:{place}: YAML syntax error: {message}"
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (
+            {"max_conections": 5},
+            "max_conections: unknown key; did you mean 'max_connections'? (allowed keys: ",
+        ),
+        (
+            {"interface": {"prot": 1}},
+            "interface.prot: unknown key; did you mean 'port'? (allowed keys: framework,",
+        ),
+        ({"log": {"Level": "INFO"}}, "log.Level: unknown key; did you mean 'level'? (allowed keys: log_dir,"),
+        ({"colour": "red"}, "colour: unknown key; allowed keys: interface, max_connections, "),
+    ],
+)
+def test_unknown_keys_suggest_the_close_one(project: Path, data: dict[str, object], message: str) -> None:
+    path = _write(project, "server.yml", yaml.safe_dump(data))
+    with pytest.raises(ConfigError) as info:
+        load_server_settings(path, project)
+    assert str(info.value).startswith(f"{path}: {message}")
+
+
+def test_an_unknown_model_key_suggests_the_close_one(project: Path) -> None:
+    data = _edit(yaml.safe_load(INFERENCE_YML), "models.0.inferer_nmae", "x")
+    path = _write(project, "inference.yml", yaml.safe_dump(data))
+    with pytest.raises(ConfigError) as info:
+        load_inference_settings(path, project)
+    assert str(info.value).startswith(
+        f"{path}: models[0].inferer_nmae: unknown key; did you mean 'inferer_name'? (allowed keys: name,"
+    )
 
 
 def test_empty_inference_yml_needs_models(project: Path) -> None:
