@@ -2,7 +2,9 @@
 
 Tornado routes any exception raised by a handler (and its own 404/405/413 errors) to `write_error`;
 here it becomes the grps envelope with the status from the one error table, a short message and a
-request id, while the log gets the detail under the same id.
+request id, while the log gets the detail under the same id. A 405 (Tornado's own, for a method the
+handler does not define, or a route's) names in `Allow` the methods the route takes, as OPTIONS does;
+HEAD is answered wherever GET is.
 
 It is also where each request is measured: one `RequestRecord` per request, handed to the executor's
 telemetry when the request finishes (answered, failed, or abandoned by its client).
@@ -51,6 +53,8 @@ CLIENT_CLOSED = status.ERROR_TABLE[Cancelled].http
 # Scheduling controls of the grps API, as a header or a query parameter (the header wins).
 TIMEOUT_HEADER, TIMEOUT_QUERY = "Grps-Timeout-Us", "timeout_us"
 PRIORITY_HEADER, PRIORITY_QUERY = "Grps-Priority", "priority"
+# The methods a route answers with its own code; HEAD (a GET without its body) and OPTIONS come with them.
+ROUTE_METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
 
 
 def skip_tornado_access_log(handler: tornado.web.RequestHandler) -> None:
@@ -97,6 +101,17 @@ def log_failure(method: str, path: str, exc: BaseException) -> None:
         log.error("%s %s failed", method, path, exc_info=exc)
 
 
+def implemented_methods(handler: type[tornado.web.RequestHandler]) -> set[str]:
+    """The methods a handler class answers itself: those it defines over RequestHandler's 405s."""
+    base = tornado.web.RequestHandler
+    return {m for m in ROUTE_METHODS if getattr(handler, m.lower()) is not getattr(base, m.lower())}
+
+
+def allow_header(methods: set[str]) -> str:
+    """An Allow header's value (RFC 9110): the methods in their usual order."""
+    return ", ".join(m for m in tornado.web.RequestHandler.SUPPORTED_METHODS if m in methods)
+
+
 def int_control(text: str | None, header: str, query: str) -> int | None:
     """A scheduling control's value: a non-negative integer, or None when it is absent or blank."""
     if text is None or not text.strip():
@@ -122,6 +137,7 @@ class BaseHandler(tornado.web.RequestHandler):
     protocol = "http"
     inference = False
     admin = False
+    direct_methods: tuple[str, ...] = ()  # methods of this path a direct route answers (http/direct.py)
 
     def initialize(self, executor: Executor, **_: Any) -> None:
         self.executor = executor
@@ -152,6 +168,25 @@ class BaseHandler(tornado.web.RequestHandler):
         if length is not None and length > self.policy.body_bytes:
             raise self._too_large()
         self.request._body_future.add_done_callback(self._body_received)
+
+    # -- methods -------------------------------------------------------------------------------
+    def allowed_methods(self) -> set[str]:
+        """The methods this route takes (the Allow header of its 405s and of OPTIONS)."""
+        methods = implemented_methods(type(self)) | set(self.direct_methods)
+        return methods | {"OPTIONS"} | ({"HEAD"} if "GET" in methods else set())
+
+    async def head(self, *args: str, **kwargs: str) -> None:
+        """HEAD is GET without the body (Tornado sends the headers of the GET's answer, not its body)."""
+        if "GET" not in self.allowed_methods():
+            raise tornado.web.HTTPError(405)
+        answer: Any = self.get(*args, **kwargs)
+        if answer is not None:
+            await answer
+
+    def options(self, *args: str, **kwargs: str) -> None:
+        self.set_header("Allow", allow_header(self.allowed_methods()))
+        self.set_status(204)
+        self.finish()
 
     # -- the body ------------------------------------------------------------------------------
     def data_received(self, chunk: bytes) -> None:
@@ -293,6 +328,8 @@ class BaseHandler(tornado.web.RequestHandler):
         self.set_status(http_status)
         for name, value in failure_headers(exc) if exc is not None else ():
             self.set_header(name, value)
+        if http_status == 405:  # RFC 9110: a 405 says which methods would do
+            self.set_header("Allow", allow_header(self.allowed_methods()))
         if not self._body_done:
             self.set_header("Connection", "close")  # answered before its body was read: Tornado closes
         rid = self.request_id
@@ -313,8 +350,17 @@ class BaseHandler(tornado.web.RequestHandler):
 
 
 class NotFoundHandler(BaseHandler):
-    """Unknown routes answer 404 with the envelope, like everything else."""
+    """Unknown routes answer 404 with the envelope, like everything else, whatever the method."""
 
     def prepare(self) -> None:
         super().prepare()
-        raise tornado.web.HTTPError(404, f"no route {self.request.path}")
+        raise self._no_route()
+
+    def _no_route(self) -> tornado.web.HTTPError:
+        return tornado.web.HTTPError(404, f"no route {self.request.path}")
+
+    def write_error(self, status_code: int, **kwargs: Any) -> None:
+        if status_code == 405:  # a method Tornado does not know, refused before prepare: still no route
+            exc = self._no_route()
+            status_code, kwargs = 404, {"exc_info": (type(exc), exc, None)}
+        super().write_error(status_code, **kwargs)

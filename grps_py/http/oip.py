@@ -197,6 +197,8 @@ class InferBase(OipHandler):
 class InferRoute(InferBase):
     """POST is answered on the connection itself (`DirectInfer`); the other methods arrive here: 405."""
 
+    direct_methods = ("POST",)
+
 
 class DirectInfer(DirectCall):
     """POST /v2/models/{model}[/versions/{version}]/infer: JSON or the binary tensor extension, maybe
