@@ -12,8 +12,21 @@ import tritonclient.grpc as tgrpc
 import tritonclient.http as thttp
 from google.protobuf import json_format
 
+from grps_py import GrpsContext, GrpsMessage, ModelInferer, inferer_register
 from grps_py.client import GrpsClient
 from support import BASIC, ServerThread, start_project
+
+
+class AsyncUpper(ModelInferer):
+    """`async def` model code: it runs on the event loop, one request at a time, so it is not batched."""
+
+    async def infer(self, inp: GrpsMessage, context: GrpsContext) -> GrpsMessage:
+        return GrpsMessage(str_data=inp.str_data.upper())
+
+
+# Registered under a name of this test's own: the registry is process-wide, and other test projects
+# register other models as "upper".
+inferer_register.register("metadata_test_async_upper", AsyncUpper())
 
 ONNX_MODEL = Path(__file__).parent.parent / "models" / "default.onnx"
 INFERENCE = f"""\
@@ -22,7 +35,8 @@ models:
   - {{name: batched, version: "1.0", inferer_type: customized, inferer_name: batched, converter_type: none,
      batching: {{type: dynamic, max_batch_size: 4, batch_timeout_us: 2000, preferred_batch_size: [4, 2]}}}}
   # async model code runs requests one by one, whatever batching says
-  - {{name: upper, version: "1.0", inferer_type: customized, inferer_name: upper, converter_type: none,
+  - {{name: upper, version: "1.0", inferer_type: customized, inferer_name: metadata_test_async_upper,
+     converter_type: none,
      batching: {{type: dynamic, max_batch_size: 8}}}}
   - {{name: classifier, version: "1.0.0", inferer_type: onnx, inferer_path: {ONNX_MODEL},
      converter_type: numpy, device: auto, instances: 2}}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import socket
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -39,7 +40,9 @@ def test_cpu_percent_over_the_time_since_the_last_sample() -> None:
     times = iter([100.0, 100.0, 100.5])
     sampler = ProcessSampler(times.__next__)
     assert sampler.sample()[0] is None  # no time has passed: nothing to divide by
-    sum(i * i for i in range(200_000))  # some CPU for the half second the clock says passed
+    spent = time.process_time()
+    while time.process_time() - spent < 0.05:  # some CPU (a few clock ticks) for the half second
+        sum(i * i for i in range(10_000))  # the clock says passed
     cpu, mem = sampler.sample()
     assert cpu is not None and cpu > 0
     assert mem is not None and 0 < mem < 100
