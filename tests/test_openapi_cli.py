@@ -13,6 +13,7 @@ import re
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -36,14 +37,15 @@ def bundled_url() -> Iterator[str]:
     )
     assert proc.stderr is not None
     port = next((int(m.group(1)) for line in proc.stderr if (m := LISTENING.search(line))), 0)
-    threading.Thread(target=lambda: [None for _ in proc.stderr or ()], daemon=True).start()
+    # Keep reading the log, so a full pipe never blocks the server.
+    threading.Thread(target=proc.stderr.read, daemon=True).start()
     try:
         assert port, f"the server did not start (exit {proc.wait(30)})"
         url = f"http://127.0.0.1:{port}"
-        for _ in range(600):
-            if httpx.get(f"{url}/grps/v1/health/ready").status_code == 200:
-                break
-            threading.Event().wait(0.1)
+        deadline = time.monotonic() + 60
+        while httpx.get(f"{url}/grps/v1/health/ready").status_code != 200:
+            assert time.monotonic() < deadline, "the bundled project was not ready within 60 s"
+            time.sleep(0.1)
         yield url
     finally:
         proc.terminate()
