@@ -23,6 +23,11 @@ LIMITS_KEYS = (
     "string_bytes",
     "idle_timeout_s",
     "body_timeout_s",
+    "http_answer_bytes",
+    "write_buffer_bytes",
+    "stream_buffer_messages",
+    "stream_stall_timeout_s",
+    "grpc_compressed_requests",
 )
 SECURITY_KEYS = ("admin_token", "inference_tokens")
 TLS_KEYS = ("cert_file", "key_file", "client_ca_file")
@@ -41,6 +46,11 @@ class LimitsSettings:
     string_bytes: int = 64 * MIB  # one string / bytes element
     idle_timeout_s: float = 300.0  # a keep-alive connection with no request in flight is closed
     body_timeout_s: float = 60.0  # a request body must arrive within this time
+    http_answer_bytes: int | None = None  # None: the gRPC message limit (what gRPC would send)
+    write_buffer_bytes: int = 1 * MIB  # a connection's unsent answers: past it, its requests are not read
+    stream_buffer_messages: int = 64  # streamed messages queued for a client that has not taken them
+    stream_stall_timeout_s: float = 60.0  # a stream whose client takes nothing for this long is stopped
+    grpc_compressed_requests: bool = False  # accept gzip/deflate-compressed gRPC requests (inflation risk)
 
 
 @dataclass(frozen=True)
@@ -68,6 +78,7 @@ def parse_limits(fields: Fields) -> LimitsSettings:
     d = LimitsSettings()
     http_body = fields.get("http_body_bytes")
     grpc_message = fields.get("grpc_message_bytes")
+    http_answer = fields.get("http_answer_bytes")
     return LimitsSettings(
         http_body_bytes=None if http_body is None else fields.integer("http_body_bytes", 0, 1),
         grpc_message_bytes=None if grpc_message is None else fields.integer("grpc_message_bytes", 0, 1),
@@ -78,6 +89,11 @@ def parse_limits(fields: Fields) -> LimitsSettings:
         string_bytes=fields.integer("string_bytes", d.string_bytes, 1),
         idle_timeout_s=fields.number("idle_timeout_s", d.idle_timeout_s, 0.001),
         body_timeout_s=fields.number("body_timeout_s", d.body_timeout_s, 0.001),
+        http_answer_bytes=None if http_answer is None else fields.integer("http_answer_bytes", 0, 1),
+        write_buffer_bytes=fields.integer("write_buffer_bytes", d.write_buffer_bytes, 1024),
+        stream_buffer_messages=fields.integer("stream_buffer_messages", d.stream_buffer_messages, 1),
+        stream_stall_timeout_s=fields.number("stream_stall_timeout_s", d.stream_stall_timeout_s, 0.001),
+        grpc_compressed_requests=fields.boolean("grpc_compressed_requests", d.grpc_compressed_requests),
     )
 
 
