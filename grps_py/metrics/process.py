@@ -55,15 +55,18 @@ def cpu_seconds() -> float:
 class ProcessSampler:
     """CPU % since the previous sample (100 = one core busy, like top) and memory % of the machine."""
 
-    def __init__(self, clock: Callable[[], float], statm: str = STATM) -> None:
+    def __init__(
+        self, clock: Callable[[], float], statm: str = STATM, cpu: Callable[[], float] = cpu_seconds
+    ) -> None:
         self._clock = clock
+        self._cpu = cpu
         self._statm = statm
         self._total = total_memory_bytes()
-        self._last = (clock(), cpu_seconds())
+        self._last = (clock(), cpu())
 
     def sample(self) -> tuple[float | None, float | None]:
         """(cpu %, memory %); None for what cannot be measured (no time passed, no /proc)."""
-        now, cpu = self._clock(), cpu_seconds()
+        now, cpu = self._clock(), self._cpu()
         last_now, last_cpu = self._last
         self._last = (now, cpu)
         elapsed = now - last_now

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import socket
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
-from grps_py.metrics.process import ProcessSampler, open_connections, resident_bytes
+from grps_py.metrics.process import ProcessSampler, cpu_seconds, open_connections, resident_bytes
 from grps_py.metrics.user import metric_name, quantile_label
 
 linux_only = pytest.mark.skipif(sys.platform != "linux", reason="reads /proc")
@@ -37,15 +36,20 @@ def test_no_proc_means_no_connections_and_no_memory(tmp_path: Path) -> None:
 
 @linux_only
 def test_cpu_percent_over_the_time_since_the_last_sample() -> None:
-    times = iter([100.0, 100.0, 100.5])
-    sampler = ProcessSampler(times.__next__)
+    # Both clocks are given: the arithmetic is checked exactly, whatever the machine's load.
+    times = iter([100.0, 100.0, 100.5, 101.5])
+    cpu_times = iter([7.0, 7.0, 7.25, 7.25])
+    sampler = ProcessSampler(times.__next__, cpu=cpu_times.__next__)
     assert sampler.sample()[0] is None  # no time has passed: nothing to divide by
-    spent = time.process_time()
-    while time.process_time() - spent < 0.05:  # some CPU (a few clock ticks) for the half second
-        sum(i * i for i in range(10_000))  # the clock says passed
     cpu, mem = sampler.sample()
-    assert cpu is not None and cpu > 0
-    assert mem is not None and 0 < mem < 100
+    assert cpu == 50.0  # 0.25 s of CPU over half a second
+    assert mem is not None and 0 < mem < 100  # the real /proc/self/statm
+    assert sampler.sample()[0] == 0.0  # a second without CPU
+
+
+def test_cpu_seconds_never_go_back() -> None:
+    readings = [cpu_seconds() for _ in range(1000)]
+    assert readings == sorted(readings) and readings[0] >= 0
 
 
 def test_user_metric_names_and_quantiles() -> None:
