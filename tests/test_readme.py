@@ -132,6 +132,10 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     busy = [port for port in PORTS if port_holder(port)]
     if busy:
         pytest.fail(f"the README's ports {busy} are in use: stop what holds them (e.g. a `make serve`)")
+    # Set up from the checkout itself: a `make serve` that found .venv stale would install from the
+    # mirror, and the shared .venv's entry points would then name a folder that is about to vanish.
+    install = subprocess.run(["make", "install"], cwd=ROOT, env=user_environment(), capture_output=True)
+    assert install.returncode == 0, install.stdout.decode()[-3000:] + install.stderr.decode()[-3000:]
     workdir = mirror_checkout(tmp_path_factory.mktemp("readme"))
     log = workdir.parent / "make-serve.log"
     with log.open("wb") as out:
