@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import logging
 
+from grps_py.core import request_scope
 from grps_py.core.config import LogSettings
 from grps_py.core.executor import Executor
 from grps_py.core.telemetry import RequestRecord
+from grps_py.core.untrusted import shown
 from grps_py.logs import ACCESS_LOGGER, write_access_line
 
 LINE = "%s %s model=%s status=%d %.2fms in=%d out=%d"
+_REQUEST_IDS_LOG = logging.getLogger("grps_py.request_ids")
 
 
 class AccessLog:
@@ -54,6 +57,22 @@ class AccessLog:
         )
         message = LINE % args if record.reason is None else f"{LINE % args} reason={record.reason}"
         write_access_line(self.logger, record.request_id, message, fields)
+
+
+def log_refused_id(source: str, text: str, in_body: bool = False) -> None:
+    """A request id a client sent that may not name its request (`request_scope.client_request_id`):
+    one line, the id escaped, under the id the request got instead (the current scope's). `source` names
+    where it came from. A header's or metadata's (the client meant to name the request) is a client
+    mistake, on the access logger at INFO; an OIP body `id` (any string, by the protocol; it still is
+    the answer's `id`) is written at DEBUG only (`log.level: DEBUG`)."""
+    logger = _REQUEST_IDS_LOG if in_body else logging.getLogger(ACCESS_LOGGER)
+    logger.log(
+        logging.DEBUG if in_body else logging.INFO,
+        "%s '%s' refused (%s); a new id names the request",
+        source,
+        shown(text),
+        request_scope.ID_RULE,
+    )
 
 
 def install_access_log(executor: Executor, settings: LogSettings) -> AccessLog | None:

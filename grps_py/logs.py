@@ -2,7 +2,10 @@
 
 Every line carries the id of the request it was written for (`[id]` in text, `request_id` in JSON;
 "-" outside a request), tracebacks included, so one grep finds all of a request. A line's message is
-capped (`MAX_MESSAGE_CHARS`): a huge or binary value put in a message cannot flood the log.
+capped (`MAX_MESSAGE_CHARS`): a huge or binary value put in a message cannot flood the log. In the text
+format a message is one line: a character that is not printable (a line break, a terminal escape) is
+escaped as `repr` escapes it, so no value a client sent can start a line of its own that looks like ours
+(`grps_py.core.untrusted`). Tracebacks keep their line breaks, each line prefixed with `[request id]`.
 
 The access log (`ACCESS_LOGGER`, one line per request) and the log file are written as lines come but
 flushed to the OS in batches: at most every `ACCESS_FLUSH_S` (the server calls `flush_access_log`),
@@ -29,6 +32,7 @@ import orjson
 
 from grps_py.core import request_scope
 from grps_py.core.config import LogSettings
+from grps_py.core.untrusted import one_line
 
 TEXT_FORMAT = "%(asctime)s %(levelname)s [%(request_id)s] %(name)s: %(message)s"
 LOGGERS = ("grps_py", "tornado")
@@ -114,7 +118,8 @@ class _OncePerRecord(logging.Formatter):
 
 
 class TextFormatter(_OncePerRecord):
-    """`time LEVEL [request id] logger: message`; each traceback line starts with `[request id]` too."""
+    """`time LEVEL [request id] logger: message`; each traceback line starts with `[request id]` too.
+    The message is one line (`one_line`)."""
 
     def __init__(self) -> None:
         super().__init__(TEXT_FORMAT)
@@ -129,19 +134,20 @@ class TextFormatter(_OncePerRecord):
     def access_line(self, created: float, rid: str, message: str, fields: dict[str, Any]) -> str:
         """What `format` makes of an access-log record (INFO, `ACCESS_LOGGER`) with these contents."""
         text, millis, _ = self._clock.parts(created)
-        return f"{text},{millis} INFO [{rid}] {ACCESS_LOGGER}: {message}"
+        return f"{text},{millis} INFO [{rid}] {ACCESS_LOGGER}: {one_line(message)}"
 
     def render(self, record: logging.LogRecord) -> str:
         rid = getattr(record, "request_id", "") or request_scope.current() or request_scope.NONE
         record.request_id = rid  # also for a handler without RequestIdFilter
-        record.message = record.getMessage()
+        record.message = one_line(record.getMessage())
         record.asctime = self.formatTime(record, self.datefmt)
         line = self.formatMessage(record)
         detail = _exception_text(self, record)
         if not detail:
             return line
-        if rid != request_scope.NONE:
-            detail = "\n".join(f"[{rid}] {part}" for part in detail.splitlines())
+        # Every line of a traceback starts with the id ("[-]" outside a request): an exception's message
+        # may quote a request's value, line breaks and all, but it cannot start a line of its own.
+        detail = "\n".join(f"[{rid}] {part}" for part in detail.splitlines())
         return f"{line}\n{detail}"
 
 

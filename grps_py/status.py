@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import grpc
 
 from grps_py.core import errors
+from grps_py.core.untrusted import one_line
 
 
 @dataclass(frozen=True)
@@ -38,6 +39,10 @@ ERROR_TABLE: dict[type[errors.GrpsError], WireStatus] = {
 }
 INTERNAL = ERROR_TABLE[errors.InternalError]
 INTERNAL_MESSAGE = "internal server error"
+# A message a client gets is one line of at most this many characters: request values in messages are
+# escaped and cut where the message is made (`untrusted.shown`); this holds the rest (a model's error
+# text, a value quoted without `shown`), so a gRPC status message always fits its header.
+MAX_PUBLIC_MESSAGE_CHARS = 2000
 
 
 def wire_status(exc: BaseException) -> WireStatus:
@@ -49,7 +54,7 @@ def wire_status(exc: BaseException) -> WireStatus:
 
 
 def public_message(exc: BaseException) -> str:
-    """What a client may read about an exception: never a traceback or an internal detail."""
+    """What a client may read about an exception: never a traceback or an internal detail; one line."""
     if isinstance(exc, errors.GrpsError):
-        return exc.public_message
+        return one_line(exc.public_message, MAX_PUBLIC_MESSAGE_CHARS)
     return INTERNAL_MESSAGE

@@ -334,9 +334,10 @@ def test_oip_grpc_unary_and_stream(channel: grpc.Channel, recorder: Recorder) ->
     ("path", "body"), [("/custom/raw", b"raw words"), ("/custom/alias", b'{"str_data": "a"}')]
 )
 def test_custom_routes(http: httpx.Client, recorder: Recorder, path: str, body: bytes) -> None:
-    reply = http.post(path, content=body, headers={"X-Request-Id": f"rid-{path}"})
+    rid = "rid" + path.replace("/", "-")  # request ids take letters, digits and . _ : - only
+    reply = http.post(path, content=body, headers={"X-Request-Id": rid})
     assert reply.status_code == 200, reply.text
-    record = recorder.record(f"rid-{path}")
+    record = recorder.record(rid)
     assert (record.protocol, record.route, record.model, record.inference) == (
         "custom",
         f"POST {path}",

@@ -63,6 +63,7 @@ from grps_py.core.types import (
     Tensor,
     dtype_for_array,
 )
+from grps_py.core.untrusted import shown
 
 __all__ = ["decode_request", "encode_response", "encode_status", "shortest_float32"]
 
@@ -131,7 +132,7 @@ def _known_fields(value: Any, aliases: dict[str, str], where: str) -> dict[str, 
     for key, field_value in expect_object(value, where).items():
         name = aliases.get(key)
         if name is None:
-            raise InvalidInput(f"unknown field '{key[:40]}' in {where}")
+            raise InvalidInput(f"unknown field '{shown(key, 40)}' in {where}")
         if name in seen:
             raise InvalidInput(f"field '{name}' appears twice in {where}")
         seen.add(name)
@@ -175,7 +176,7 @@ def _decode_tensor(item: Any, index: int, budget: ElementBudget, limits: LimitsS
     where = f"gtensors.tensors[{index}]"
     fields = _known_fields(item, _TENSOR_FIELDS, where)
     name = expect_str(fields.get("name", ""), f"{where}.name")
-    label = tensor_label(name[:64], index)
+    label = tensor_label(name, index)
     info = dtype_info(_dtype_number(fields.get("dtype", 0), label), label)
     shape = _decode_shape(fields.get("shape", []), label)
     budget.take_shape(shape, label)  # before the values are read: a claimed shape allocates nothing
@@ -189,7 +190,7 @@ def _dtype_number(value: Any, label: str) -> int:
             return 0
         info = DTYPE_BY_NAME.get(value)
         if info is None:
-            raise InvalidInput(f"{label}: unknown dtype '{value[:40]}'")
+            raise InvalidInput(f"{label}: unknown dtype '{shown(value, 40)}'")
         return info.grps_number
     if isinstance(value, int) and not isinstance(value, bool):
         return value
@@ -245,7 +246,7 @@ def _float64_array(values: list[Any], types: set[type], label: str) -> Array:
 def _special_float(text: str, label: str) -> float:
     value = _SPECIAL_FLOATS.get(text)
     if value is None:
-        raise InvalidInput(f"{label}: expected a number, found the string {text[:40]!r}")
+        raise InvalidInput(f"{label}: expected a number, found the string '{shown(text, 40)}'")
     return value
 
 
@@ -271,9 +272,9 @@ def _bad_integer_message(values: list[Any], info: DTypeInfo, label: str) -> str:
         try:
             number = int(value)
         except ValueError:
-            return f"{label}: expected a number, found the string {value[:40]!r}"
+            return f"{label}: expected a number, found the string '{shown(value, 40)}'"
         if not -(2**63) <= number < 2**63:
-            return f"{label}: {value} is out of range for {info.grps_name}"
+            return f"{label}: {shown(value, 40)} is out of range for {info.grps_name}"
     return f"{label}: values are not integers"
 
 
@@ -312,7 +313,7 @@ def _decode_gmap(value: Any, limits: LimitsSettings) -> Payload:
     for name, entries in _known_fields(value, _GMAP_NAMES, "gmap").items():
         decode_value = _GMAP_VALUE_DECODERS[name]
         items = expect_object(entries, f"gmap.{name}").items()
-        gmap[name] = {key: decode_value(item, f"gmap.{name}['{key[:40]}']") for key, item in items}
+        gmap[name] = {key: decode_value(item, f"gmap.{name}['{shown(key, 40)}']") for key, item in items}
         if name in _GMAP_STRING_MAPS:
             check_strings(list(gmap[name].values()), f"gmap.{name}", limits)
     return Payload.of_map(gmap)

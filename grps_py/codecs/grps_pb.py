@@ -41,6 +41,7 @@ from grps_py.core.types import (
     Tensor,
     dtype_for_array,
 )
+from grps_py.core.untrusted import shown
 from grps_py.protos import grps_pb2
 
 __all__ = [
@@ -72,7 +73,7 @@ _LENGTH_DELIMITED = 2
 
 def tensor_label(name: str, index: int) -> str:
     """How errors name a tensor: by name, or by position when it has none."""
-    return f"tensor '{name}'" if name else f"tensor #{index}"
+    return f"tensor '{shown(name, 64)}'" if name else f"tensor #{index}"
 
 
 def dtype_info(number: int, label: str) -> DTypeInfo:

@@ -27,6 +27,7 @@ from grps_py.core.datatypes import BF16, BYTES, OIP_DTYPES, datatype_of
 from grps_py.core.errors import InvalidInput, ModelError
 from grps_py.core.protection import LimitsSettings
 from grps_py.core.types import Tensor
+from grps_py.core.untrusted import shown
 
 Array = np.ndarray[Any, Any]
 _NUMPY = orjson.OPT_SERIALIZE_NUMPY
@@ -81,7 +82,7 @@ def expect_parameters(value: Any, where: str) -> dict[str, Any]:
     params = expect_object(value, where)
     for key, item in params.items():
         if not isinstance(item, _PARAMETER_TYPES):
-            raise InvalidInput(f"{where}: '{key[:64]}' must be a string, number or boolean")
+            raise InvalidInput(f"{where}: '{shown(key, 64)}' must be a string, number or boolean")
     return dict(params)
 
 
@@ -91,7 +92,7 @@ def show(value: Any) -> str:
 
 
 def input_label(name: str) -> str:
-    return f"input '{name[:64]}'"
+    return f"input '{shown(name, 64)}'"
 
 
 # --- JSON tensor data -> numpy -----------------------------------------------------------------

@@ -42,6 +42,7 @@ from grps_py.core.oip import (
 )
 from grps_py.core.protection import LimitsSettings
 from grps_py.core.types import Tensor
+from grps_py.core.untrusted import shown
 
 __all__ = ["decode_request", "encode_error", "encode_response", "response_head"]
 
@@ -91,10 +92,10 @@ def decode_request(
 def _requested_output(item: Any, index: int) -> RequestedOutput:
     fields = expect_object(item, f"outputs[{index}]")
     name = expect_name(fields.get("name"), f"outputs[{index}].name")
-    parameters = expect_parameters(fields.get("parameters"), f"output '{name[:64]}' parameters")
+    parameters = expect_parameters(fields.get("parameters"), f"output '{shown(name, 64)}' parameters")
     binary = parameters.pop(BINARY_DATA, None)
     if binary is not None and type(binary) is not bool:
-        raise InvalidInput(f"output '{name[:64]}': '{BINARY_DATA}' must be true or false")
+        raise InvalidInput(f"output '{shown(name, 64)}': '{BINARY_DATA}' must be true or false")
     return RequestedOutput(name, binary, parameters)
 
 

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 from google.protobuf import json_format
 
+from grps_py.codecs.json_values import input_label
 from grps_py.codecs.limits import DEFAULT_LIMITS, ElementBudget, check_strings, check_tensors
 from grps_py.codecs.oip_binary import reshape, tensor_from_bytes, tensor_to_bytes
 from grps_py.codecs.pb_wire import SerializedWithRaw, encode_varint
@@ -31,6 +32,7 @@ from grps_py.core.oip import OipRequest, OipResponse, RequestedOutput
 from grps_py.core.protection import LimitsSettings
 from grps_py.core.signature import TensorSpec
 from grps_py.core.types import Tensor
+from grps_py.core.untrusted import shown
 from grps_py.protos import open_inference_pb2 as pb
 
 __all__ = [
@@ -77,7 +79,7 @@ def parameters_to_dict(params: Mapping[str, pb.InferParameter]) -> dict[str, Any
     for key, param in params.items():
         which = param.WhichOneof("parameter_choice")
         if which is None:
-            raise InvalidInput(f"parameter '{key}' has no value")
+            raise InvalidInput(f"parameter '{shown(key, 64)}' has no value")
         values[key] = getattr(param, which)
     return values
 
@@ -136,7 +138,7 @@ def decode_infer_request(msg: pb.ModelInferRequest, limits: LimitsSettings = DEF
 
 def _decode_requested_output(output: pb.ModelInferRequest.InferRequestedOutputTensor) -> RequestedOutput:
     if _SHARED_MEMORY in output.parameters:
-        raise Unsupported(f"output '{output.name}': shared memory is not supported by this server")
+        raise Unsupported(f"output '{shown(output.name, 64)}': shared memory is not supported by this server")
     return RequestedOutput(output.name, None, parameters_to_dict(output.parameters))
 
 
@@ -146,10 +148,10 @@ def _decode_input(
     budget: ElementBudget,
     limits: LimitsSettings,
 ) -> Tensor:
-    label = f"input '{tensor.name[:64]}'"
+    label = input_label(tensor.name)
     datatype = tensor.datatype
     if datatype not in OIP_DTYPES:
-        raise InvalidInput(f"{label}: unknown datatype {datatype!r}; expected one of {_DATATYPES}")
+        raise InvalidInput(f"{label}: unknown datatype '{shown(datatype, 40)}'; expected one of {_DATATYPES}")
     if _SHARED_MEMORY in tensor.parameters:
         raise Unsupported(f"{label}: shared memory is not supported by this server")
     shape = list(tensor.shape)

@@ -20,6 +20,7 @@ from grps_py.core.datatypes import BYTES, datatype_of
 from grps_py.core.errors import ModelNotFound
 from grps_py.core.node import ModelNode
 from grps_py.core.signature import TensorSpec
+from grps_py.core.untrusted import shown
 
 log = logging.getLogger("grps_py.catalog")
 
@@ -110,10 +111,11 @@ class Catalog:
             return found
         versions = self._versions.get(name)
         if not versions:
-            raise ModelNotFound(f"unknown model '{name}'; served models: {', '.join(self.names())}")
+            raise ModelNotFound(f"unknown model '{shown(name)}'; served models: {', '.join(self.names())}")
         if version and version not in versions:
+            known = ", ".join(versions)
             raise ModelNotFound(
-                f"unknown version '{version}' of model '{name}'; versions: {', '.join(versions)}"
+                f"unknown version '{shown(version)}' of model '{shown(name)}'; versions: {known}"
             )
         key = f"{name}-{version or versions[-1]}"
         cached = self._cache.get(key)

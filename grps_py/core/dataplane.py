@@ -21,6 +21,7 @@ from grps_py.core.oip import OipRequest, OipResponse
 from grps_py.core.signature import messages_can_carry
 from grps_py.core.telemetry import OIP_HTTP
 from grps_py.core.types import InferRequest, Payload, PayloadKind, Tensor
+from grps_py.core.untrusted import MAX_DECIMAL_DIGITS, shown
 
 # Only what is really implemented is advertised.
 EXTENSIONS = ("binary_tensor_data", "model_configuration", "generate", "parameters")
@@ -159,11 +160,23 @@ class OipDataplane:
         )
 
 
+_MAX_INT_PARAMETER = 10**MAX_DECIMAL_DIGITS - 1  # as the HTTP controls (Grps-Timeout-Us) allow
+
+
 def _int_parameter(parameters: dict[str, Any], name: str) -> int:
+    """`timeout` or `priority`: an integer (JSON number, protobuf int64/uint64), 0 to 10**18 - 1."""
     value = parameters.get(name, 0)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise InvalidInput(f"parameter '{name}' must be a non-negative integer, not {value!r}")
+    if type(value) is not int or not 0 <= value <= _MAX_INT_PARAMETER:
+        raise InvalidInput(
+            f"parameter '{name}' must be a non-negative integer of at most {MAX_DECIMAL_DIGITS} digits, "
+            f"not {_shown_value(value)}"
+        )
     return value
+
+
+def _shown_value(value: object) -> str:
+    """A parameter's value for a message: a string quoted and `shown`, anything else as repr shows it."""
+    return f"'{shown(value, 40)}'" if isinstance(value, str) else shown(repr(value), 40)
 
 
 def _one_bytes(value: bytes) -> np.ndarray[Any, Any]:
@@ -173,4 +186,6 @@ def _one_bytes(value: bytes) -> np.ndarray[Any, Any]:
 
 
 def _unknown_output(name: str, entry: ModelEntry, known: list[str]) -> str:
-    return f"unknown output '{name}' requested from model '{entry.name}'; its outputs: {', '.join(known)}"
+    return (
+        f"unknown output '{shown(name)}' requested from model '{entry.name}'; its outputs: {', '.join(known)}"
+    )

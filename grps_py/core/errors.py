@@ -1,7 +1,9 @@
 """One exception hierarchy. Each error carries a short message that is safe to show a client.
 
 Detail meant only for the log (tracebacks, internal state) is never put in `public_message`; the
-transports log the exception with the request id and answer with `public_message` alone.
+transports log the exception with the request id and answer with `public_message` alone. A message that
+quotes a value from the request (a model or tensor name, a header) quotes `untrusted.shown(value)`:
+escaped and cut, so it can neither break a log line nor outgrow a gRPC status.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -13,16 +13,17 @@ import yaml
 
 from grps_py.core.catalog import Catalog
 from grps_py.core.config import InferenceSettings, ServerSettings
-from grps_py.core.context import STREAM_END
+from grps_py.core.context import STREAM_END, GrpsContext, StreamSink
 from grps_py.core.dag import Dag
 from grps_py.core.datatypes import numpy_dtype
-from grps_py.core.errors import DeadlineExceeded, InvalidInput, ModelNotFound, ModelNotReady
+from grps_py.core.errors import Cancelled, DeadlineExceeded, InvalidInput, ModelNotFound, ModelNotReady
 from grps_py.core.node import ModelNode
 from grps_py.core.observer import FanOut, ModelStats, SchedulerObserver, summary
 from grps_py.core.scheduler import ConcurrencyLimit
 from grps_py.core.signature import TensorSpec
 from grps_py.core.telemetry import RequestFanOut
 from grps_py.core.types import InferRequest, InferResponse, MessageBridge, PayloadKind
+from grps_py.core.untrusted import shown
 from grps_py.core.warmup import Progress, no_progress, warm_up
 
 log = logging.getLogger("grps_py.executor")
@@ -32,6 +33,51 @@ SERVER_NAME = "grps-py"
 class _StreamFailure:
     def __init__(self, exc: BaseException) -> None:
         self.exc = exc
+
+
+class StallWatch:
+    """Calls `on_stall` once when a message handed to a stream's consumer is not taken within `timeout_s`.
+
+    The consumer marks each hand-over (`handed`, just before it waits for the message to go out) and its
+    end (`taken`): two attribute writes per message. One timer per stream checks, at most once per
+    `timeout_s`, whether the hand-over in progress is older than that."""
+
+    __slots__ = ("_loop", "_on_stall", "_since", "_timeout_s", "_timer", "stalled")
+
+    def __init__(
+        self, loop: asyncio.AbstractEventLoop, timeout_s: float, on_stall: Callable[[], object]
+    ) -> None:
+        self._loop = loop
+        self._timeout_s = timeout_s
+        self._on_stall = on_stall
+        self._since: float | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self.stalled = False
+
+    def handed(self) -> None:
+        self._since = now = self._loop.time()
+        if self._timer is None and not self.stalled:
+            self._timer = self._loop.call_at(now + self._timeout_s, self._check)
+
+    def taken(self) -> None:
+        self._since = None
+
+    def _check(self) -> None:
+        self._timer = None
+        since = self._since
+        if since is None:
+            return  # nothing in flight: the next hand-over sets the timer again
+        due = since + self._timeout_s
+        if self._loop.time() < due:
+            self._timer = self._loop.call_at(due, self._check)
+            return
+        self.stalled = True
+        self._on_stall()
+
+    def close(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
 
 
 class Executor:
@@ -156,7 +202,7 @@ class Executor:
             return node
         if model == self.dag.name:
             return self.dag
-        raise ModelNotFound(f"unknown model {model!r}; served models: {', '.join(self.nodes)}")
+        raise ModelNotFound(f"unknown model '{shown(model)}'; served models: {', '.join(self.nodes)}")
 
     def model_key(self, model: str) -> str:
         """The key a request for `model` runs under (a model's "name-version", or the DAG's name);
@@ -202,46 +248,59 @@ class Executor:
         return InferResponse(payload, model=request.model)
 
     async def infer_stream(self, request: InferRequest) -> AsyncIterator[InferResponse]:
-        """Yield each message the model streams; the model's return value when it streamed none."""
+        """Yield each message the model streams; the model's return value when it streamed none.
+
+        Bounded: at most `limits.stream_buffer_messages` messages wait for the consumer (the model's
+        push waits past that), and a message the consumer has not taken within
+        `limits.stream_stall_timeout_s` (its client reads nothing) stops the stream: the context is
+        cancelled and its `on_stall` callbacks let the transport end the request."""
         target = self.resolve(request.model)
         ctx = request.context
-        queue: asyncio.Queue[Any] = asyncio.Queue()
-        ctx.attach_stream(asyncio.get_running_loop(), queue)
+        loop = asyncio.get_running_loop()
+        limits = self.server_settings.limits
+        sink = StreamSink(loop, limits.stream_buffer_messages)
+        ctx.attach_stream(sink)
         async with self._admitted():
-            task = asyncio.ensure_future(self._produce(target, request, queue))
+            task = asyncio.ensure_future(self._produce(target, request, sink))
             ctx.on_cancel(task.cancel)
+            stall_s = limits.stream_stall_timeout_s
+            watch = StallWatch(loop, stall_s, lambda: _stalled(ctx, stall_s))
             started: float | None = time.perf_counter()
             model_key = self.model_key(request.model)
             ended = False
             try:
-                while (item := await queue.get()) is not STREAM_END:
+                while (item := await sink.get()) is not STREAM_END:
                     if isinstance(item, _StreamFailure):
                         raise item.exc
                     first_after_s = None if started is None else time.perf_counter() - started
                     started = None
                     self.telemetry.stream_message(request.protocol, model_key, first_after_s)
+                    watch.handed()
                     yield InferResponse(item, model=request.model)
+                    watch.taken()
+                    if watch.stalled:  # the consumer came back after all: the stream stays stopped
+                        raise Cancelled(f"the client took no streamed message for {stall_s:g} s")
                 ended = True
             finally:
+                watch.close()
+                ctx.stream_over()
                 if not ended:
                     # The client left, or the stream failed: at its deadline the model's thread is still
                     # streaming for nobody, and holds its instance until it sees if_disconnected().
                     ctx.cancel()
                     task.cancel()
 
-    async def _produce(
-        self, target: Dag | ModelNode, request: InferRequest, queue: asyncio.Queue[Any]
-    ) -> None:
+    async def _produce(self, target: Dag | ModelNode, request: InferRequest, sink: StreamSink) -> None:
         try:
             payload = await target.run(request.payload, request.context)
             if request.context.streamed_count == 0 and payload.kind is not PayloadKind.EMPTY:
-                queue.put_nowait(payload)
+                sink.put(payload)
         except asyncio.CancelledError:
             raise
         except BaseException as exc:
-            queue.put_nowait(_StreamFailure(exc))
+            sink.put(_StreamFailure(exc))
         finally:
-            queue.put_nowait(STREAM_END)
+            sink.put(STREAM_END)
 
     # -- metadata ------------------------------------------------------------------------------
     def server_metadata(self) -> str:
@@ -287,6 +346,13 @@ class Executor:
             if specs:
                 meta[key] = [_describe_spec(spec) for spec in specs]
         return yaml.safe_dump(meta, sort_keys=False)
+
+
+def _stalled(ctx: GrpsContext, stall_s: float) -> None:
+    log.info(
+        "the client took no streamed message for %ss (limits.stream_stall_timeout_s): stream stopped", stall_s
+    )
+    ctx.stop_stalled(stall_s)
 
 
 def _describe_batching(node: ModelNode) -> dict[str, Any]:

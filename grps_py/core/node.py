@@ -128,7 +128,9 @@ class ModelNode:
         ]
         self.scheduler = ModelScheduler(settings, self.instances, limit, observer)
         # The declared signature, ready for the per-request checks.
-        self._inputs = DeclaredInputs(settings.inputs) if settings.inputs else None
+        converter = settings.converter_type or DEFAULT_CONVERTER_FOR[settings.inferer_type]
+        tensors_only = converter in ("numpy", "torch")  # the built-in tensor converters take tensors only
+        self._inputs = DeclaredInputs(settings.inputs, tensors_only) if settings.inputs else None
         self._outputs = {spec.name: spec for spec in settings.outputs}
         self._observer = observer
         if settings.batching.type == "dynamic" and not self.scheduler.batching:
@@ -307,12 +309,9 @@ class ModelNode:
             )
 
     def checked_input(self, payload: Payload) -> Payload:
-        """Tensors are checked against the declared inputs (and named by them when sent unnamed)."""
-        if self._inputs is not None and payload.kind is PayloadKind.TENSORS:
-            checked = self._inputs.check(payload.value, self.key)
-            if checked is not payload.value:
-                return Payload(PayloadKind.TENSORS, checked)
-        return payload
+        """Tensors are checked against the declared inputs (and named by them when sent unnamed); a model
+        whose converter takes tensors only refuses anything else."""
+        return payload if self._inputs is None else self._inputs.checked(payload, self.key)
 
     # -- running -------------------------------------------------------------------------------
     async def run(self, payload: Payload, ctx: GrpsContext) -> Payload:

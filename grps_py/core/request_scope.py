@@ -8,12 +8,15 @@ model code runs. Transport-free: the logging filter and the core both read it.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar, Token
 
 NONE = "-"  # what a log line shows outside any request
-MAX_ID_CHARS = 64
+MAX_ID_CHARS = 128
+ID_RULE = f"letters, digits and . _ : - only, at most {MAX_ID_CHARS} characters"
+_ID = re.compile(rf"[A-Za-z0-9._:-]{{1,{MAX_ID_CHARS}}}")
 _current: ContextVar[str] = ContextVar("grps_request_id", default="")
 
 
@@ -40,8 +43,9 @@ def batch_id(request_ids: Iterable[str]) -> str:
 
 
 def client_request_id(text: object) -> str:
-    """An id a client chose (X-Request-Id, x-request-id metadata, an OIP `id`), when it is fit for a log
-    line and a header: printable ASCII, at most 64 characters kept. "" when it is not."""
-    if text is None or not isinstance(text, str) or not text or not text.isascii() or not text.isprintable():
+    """An id a client chose (X-Request-Id, x-request-id metadata, an OIP `id`), when it may name the
+    request in log lines and headers: 1 to 128 of `A-Z a-z 0-9 . _ : -` (nothing that could end the
+    `[id]` of a log line or look like more of it). "" when it may not: the request gets an id of ours."""
+    if type(text) is not str or _ID.fullmatch(text) is None:
         return ""
-    return text[:MAX_ID_CHARS]
+    return text

@@ -3,7 +3,9 @@
 Declared in inference.yml as `models[].inputs` / `models[].outputs` (`{name, datatype, shape}`, OIP
 datatype names, -1 for a variable dimension); read from the model where the backend can tell
 (ONNX). Requests are checked against declared inputs before the model runs, so a bad one is a
-400 naming the tensor instead of an error from deep inside the model.
+400 naming the tensor instead of an error from deep inside the model. A model whose converter hands
+it tensors (numpy, torch) takes nothing but tensors when it declares its inputs: a grps request
+carrying `bin_data`, `str_data`, a `gmap` or no data is a 400 naming the declared inputs.
 """
 
 from __future__ import annotations
@@ -16,10 +18,19 @@ import numpy as np
 
 from grps_py.core.datatypes import BYTES, OIP_DTYPES, datatype_of
 from grps_py.core.errors import InvalidInput
-from grps_py.core.types import Tensor
+from grps_py.core.types import Payload, PayloadKind, Tensor
+from grps_py.core.untrusted import shown
 
 # Names a model's outputs get when it returns them unnamed (see core.model.outputs_to_payload).
 _UNNAMED_OUTPUT = "output"
+# What a request carries instead of tensors, as grps names it (a message from user code is left to the
+# converter, which reads its tensors).
+_NOT_TENSORS = {
+    PayloadKind.BYTES: "bin_data",
+    PayloadKind.TEXT: "str_data",
+    PayloadKind.MAP: "a gmap",
+    PayloadKind.EMPTY: "no data",
+}
 
 
 @dataclass(frozen=True)
@@ -92,7 +103,7 @@ def check_inputs(specs: Sequence[TensorSpec], tensors: list[Tensor], model: str)
     declared = {spec.name for spec in specs}
     for t in tensors:
         if t.name not in declared:
-            raise InvalidInput(f"unknown input '{t.name}' for model '{model}'; its inputs: {expected}")
+            raise InvalidInput(f"unknown input '{shown(t.name)}' for model '{model}'; its inputs: {expected}")
     if len(by_name) != len(tensors):
         raise InvalidInput(f"an input is given twice for model '{model}'")
     missing = [spec.name for spec in specs if spec.name not in by_name]
@@ -104,13 +115,32 @@ def check_inputs(specs: Sequence[TensorSpec], tensors: list[Tensor], model: str)
 
 
 class DeclaredInputs:
-    """`check_inputs` for one model, with what it needs worked out once at load: it runs per request."""
+    """`check_inputs` for one model, with what it needs worked out once at load: it runs per request.
 
-    def __init__(self, specs: Sequence[TensorSpec]) -> None:
+    `tensors_only`: the model's converter hands it tensors (numpy, torch), so a request must carry
+    tensors (`checked` refuses bin_data, str_data, a gmap or no data, naming the declared inputs)."""
+
+    def __init__(self, specs: Sequence[TensorSpec], tensors_only: bool = False) -> None:
         self.specs = tuple(specs)
+        self.tensors_only = tensors_only
         names = [spec.name for spec in self.specs]
         # Declared names are unique (config checks it); None keeps the full check if they were not.
         self._names = names if len(set(names)) == len(names) else None
+
+    def checked(self, payload: Payload, model: str) -> Payload:
+        """A request's payload checked against the declaration: tensors by `check` (named by it when sent
+        unnamed); anything else refused when the model takes tensors only, passed on otherwise."""
+        if payload.kind is PayloadKind.TENSORS:
+            tensors = self.check(payload.value, model)
+            return payload if tensors is payload.value else Payload(PayloadKind.TENSORS, tensors)
+        carried = _NOT_TENSORS.get(payload.kind) if self.tensors_only else None
+        if carried is not None:
+            expected = ", ".join(spec.name for spec in self.specs)
+            raise InvalidInput(
+                f"model '{model}' takes tensors (its declared inputs: {expected}); the request carries "
+                f"{carried}: send them as gtensors (grps) or inputs (OIP)"
+            )
+        return payload
 
     def check(self, tensors: list[Tensor], model: str) -> list[Tensor]:
         """As `check_inputs`; `tensors` itself when they are already named and in declared order."""
@@ -142,8 +172,8 @@ def messages_can_carry(tensors: list[Tensor]) -> None:
         datatype = datatype_of(t.array.dtype)
         if datatype not in allowed:
             raise InvalidInput(
-                f"input '{t.name}' has datatype {datatype}, which this model's GrpsMessage cannot carry "
-                f"(it takes {', '.join(allowed)}); the model needs converter_type numpy to take it"
+                f"input '{shown(t.name)}' has datatype {datatype}, which this model's GrpsMessage cannot "
+                f"carry (it takes {', '.join(allowed)}); the model needs converter_type numpy to take it"
             )
         if datatype == BYTES:
             for value in t.array.flat:
@@ -152,6 +182,6 @@ def messages_can_carry(tensors: list[Tensor]) -> None:
                         value.decode()
                     except UnicodeDecodeError:
                         raise InvalidInput(
-                            f"input '{t.name}' holds bytes that are not UTF-8, which a GrpsMessage string "
-                            "cannot carry; the model needs converter_type numpy to take it"
+                            f"input '{shown(t.name)}' holds bytes that are not UTF-8, which a GrpsMessage "
+                            "string cannot carry; the model needs converter_type numpy to take it"
                         ) from None

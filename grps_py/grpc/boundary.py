@@ -31,10 +31,12 @@ from google.protobuf.descriptor import ServiceDescriptor
 from google.protobuf.message import DecodeError
 
 from grps_py import status
+from grps_py.access_log import log_refused_id
 from grps_py.codecs.pb_wire import WithRawField, split_field
 from grps_py.core import errors, request_scope, telemetry
 from grps_py.core.errors import GrpsError, InvalidInput, ModelError
 from grps_py.core.executor import Executor
+from grps_py.core.untrusted import MAX_DECIMAL_DIGITS, decimal, shown
 from grps_py.http.auth import AccessGuard, grpc_peer_is_local
 from grps_py.logs import ACCESS_LOGGER
 from grps_py.request_ids import new_request_id
@@ -46,6 +48,7 @@ Handler = Callable[[Any, grpc.aio.ServicerContext], Any]  # (raw request or requ
 BOUNDARY_MARK = "__grps_rpc_boundary__"
 _BIND = "__grps_rpc_bind__"
 REQUEST_ID_KEY = "x-request-id"
+PRIORITY_KEY = "grps-priority"
 AUTHORIZATION_KEY = "authorization"
 CANCELLED_STATUS = status.ERROR_TABLE[errors.Cancelled].http
 
@@ -116,16 +119,14 @@ def rpc_info(service: Service, name: str) -> RpcInfo:
     return _rpc_info(type(service), name)
 
 
-def metadata_request_id(context: grpc.aio.ServicerContext) -> str:
-    """The request id the client chose in `x-request-id` metadata; "" when none (or unusable)."""
+def metadata_request_id(context: grpc.aio.ServicerContext) -> tuple[str, str]:
+    """The request id the client chose in `x-request-id` metadata ("" when none, or when it may not
+    name the request), and the value it sent when it may not ("" otherwise: logged by the caller)."""
     for key, value in context.invocation_metadata() or ():
         if key == REQUEST_ID_KEY:
-            return request_scope.client_request_id(value)
-    return ""
-
-
-def request_id_of(context: grpc.aio.ServicerContext) -> str:
-    return metadata_request_id(context) or new_request_id()
+            chosen = request_scope.client_request_id(value)
+            return chosen, "" if chosen or not value else str(value)
+    return "", ""
 
 
 def log_failure(exc: BaseException, rpc: str) -> None:
@@ -157,12 +158,17 @@ def needs_check(service: Service, info: RpcInfo) -> bool:
 
 
 def priority_of(context: grpc.aio.ServicerContext) -> int:
-    """The grps API's priority level from `grps-priority` metadata (0: the model's default)."""
+    """The grps API's priority level from `grps-priority` metadata (0: the model's default): ASCII digits
+    only, at most 18, as the HTTP controls (`untrusted.decimal`)."""
     for key, value in context.invocation_metadata() or ():
-        if key == "grps-priority":
-            if isinstance(value, str) and value.isdigit():
-                return int(value)
-            raise InvalidInput(f"grps-priority metadata must be a non-negative integer, not {value!r}")
+        if key == PRIORITY_KEY:
+            number = decimal(value) if isinstance(value, str) else None
+            if number is None:
+                raise InvalidInput(
+                    f"{PRIORITY_KEY} metadata must be a non-negative integer "
+                    f"(0-9, at most {MAX_DECIMAL_DIGITS} digits), not '{shown(value, 40)}'"
+                )
+            return number
     return 0
 
 
@@ -197,6 +203,8 @@ class CallRecord:
         if chosen:
             self.request_id = chosen
             self.announce(context)
+        elif body_id:
+            log_refused_id("the request's id", body_id, in_body=True)
         self.start(service.model_key(request))
 
     def start(self, model_key: str) -> None:
@@ -243,9 +251,11 @@ async def _abort(context: grpc.aio.ServicerContext, exc: BaseException, rid: str
 
 
 def _open(service: Service, info: RpcInfo, raw: bytes, context: grpc.aio.ServicerContext) -> CallRecord:
-    rid = metadata_request_id(context)
+    rid, refused = metadata_request_id(context)
     call = CallRecord(service, info, len(raw), rid or new_request_id(), named=bool(rid))
     call.announce(context)
+    if refused:
+        log_refused_id(f"{REQUEST_ID_KEY} metadata", refused)
     return call
 
 
@@ -378,9 +388,12 @@ async def _bidirectional(
 ) -> AsyncIterator[bytes]:
     """A stream of requests: named by `x-request-id` (its requests then `<id>.1`, `<id>.2`, ... unless
     they carry an OIP `id`); a failure of the stream itself aborts it."""
-    rid = request_id_of(context)
+    rid, refused = metadata_request_id(context)
+    rid = rid or new_request_id()
     request_scope.enter(rid)
     context.set_trailing_metadata(((REQUEST_ID_KEY, rid),))
+    if refused:
+        log_refused_id(f"{REQUEST_ID_KEY} metadata", refused)
     try:
         if needs_check(service, info):
             check_access(service, info, context)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable
 from typing import TypeAlias
 
 import grpc
@@ -20,6 +22,7 @@ from grps_py.protos import grps_pb2
 Msg = grps_pb2.GrpsMessage
 _BIN_DATA = Msg.DESCRIPTOR.fields_by_name["bin_data"].number
 Ctx: TypeAlias = grpc.aio.ServicerContext
+_ENDING: set[asyncio.Task[None]] = set()  # aborts of stalled RPCs still under way (a reference each)
 
 
 def _ok(message: Msg | None = None) -> Msg:
@@ -28,6 +31,32 @@ def _ok(message: Msg | None = None) -> Msg:
     reply.status.msg = "OK"
     reply.status.status = grps_pb2.Status.SUCCESS
     return reply
+
+
+def end_stalled_rpc(context: Ctx, rid: str, stall_s: float) -> Callable[[], None]:
+    """What ends the streaming RPC running in the current task once its client has read nothing for
+    `stall_s` (limits.stream_stall_timeout_s), to be called on the loop.
+
+    grpc.aio waits for HTTP/2 flow control before it takes the next message, so the task is then stuck in
+    grpc's write. The RPC is aborted with DEADLINE_EXCEEDED (the client gets that status after whatever
+    it still reads: grpc sends it behind the messages in flight) and the task is cancelled, which ends the
+    handler: its stream, the model's request, and its record (a client that went away)."""
+    task = asyncio.current_task()
+    details = f"the client did not read for {stall_s:g} s (limits.stream_stall_timeout_s) [request_id={rid}]"
+
+    def end() -> None:
+        ending = asyncio.ensure_future(_abort(context, details))
+        _ENDING.add(ending)
+        ending.add_done_callback(_ENDING.discard)
+        if task is not None:
+            task.cancel()  # after the abort has begun: the cancellation reaches the task later
+
+    return end
+
+
+async def _abort(context: Ctx, details: str) -> None:
+    with contextlib.suppress(Exception):  # AbortError, always; or the call ended meanwhile
+        await context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, details)
 
 
 class GrpsService:
@@ -70,6 +99,8 @@ class GrpsService:
     @rpc_boundary
     async def PredictStreaming(self, request: Msg, context: Ctx, rid: str) -> AsyncIterator[Msg]:
         infer_request = self._request(request, context, rid, streaming=True)
+        stall_s = self.executor.server_settings.limits.stream_stall_timeout_s
+        infer_request.context.on_stall(end_stalled_rpc(context, rid, stall_s))
         async for response in self.executor.infer_stream(infer_request):
             yield _ok(grps_pb.payload_to_message(response.payload, Msg()))
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import AsyncIterator, Callable
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeAlias
 
 import grpc
@@ -17,13 +18,15 @@ from grps_py.core import request_scope
 from grps_py.core.context import GrpsContext
 from grps_py.core.dataplane import OipDataplane
 from grps_py.core.errors import GrpsError
-from grps_py.core.executor import Executor
+from grps_py.core.executor import Executor, StallWatch
 from grps_py.core.oip import EMPTY_FINAL_RESPONSE, FINAL_RESPONSE, OipRequest, OipResponse
 from grps_py.core.telemetry import OIP_GRPC
 from grps_py.grpc.boundary import CallRecord, log_failure, rpc_boundary, rpc_info
+from grps_py.grpc.grps_service import end_stalled_rpc
 from grps_py.http.auth import AccessGuard
 from grps_py.protos import open_inference_pb2 as pb
 
+log = logging.getLogger("grps_py.grpc")
 Ctx: TypeAlias = grpc.aio.ServicerContext
 _DONE = object()  # one request of a stream has sent its last response
 _READ_END = object()  # the client closed its side of the stream
@@ -97,39 +100,86 @@ class OipService:
         self, requests: AsyncIterator[tuple[pb.ModelInferRequest, int]], context: Ctx, rid: str
     ) -> AsyncIterator[bytes]:
         """Requests of one stream run concurrently; their (serialized) responses interleave as they come.
-        Each request is named by its OIP `id`, else `<stream id>.<n>`, and gets a record of its own."""
-        queue: asyncio.Queue[Any] = asyncio.Queue()
-        tasks: list[asyncio.Task[None]] = []
+        Each request is named by its OIP `id`, else `<stream id>.<n>`, and gets a record of its own.
+
+        Bounded by `limits.stream_buffer_messages` (N): at most N requests run at once (the next one is
+        not read until one ends: a client that sends faster waits on HTTP/2 flow control) and at most N
+        responses wait for the client (a request's next one waits). A response the client has not taken
+        within `limits.stream_stall_timeout_s` ends the RPC (DEADLINE_EXCEEDED) and cancels its requests."""
+        limits = self.executor.server_settings.limits
+        queue: asyncio.Queue[Any] = asyncio.Queue()  # responses (<= N, by `room`), _DONE, _READ_END
+        room = asyncio.Semaphore(limits.stream_buffer_messages)  # responses that may wait in `queue`
+        running = asyncio.Semaphore(limits.stream_buffer_messages)  # requests that may run at once
+        tasks: set[asyncio.Task[None]] = set()
         numbers = itertools.count(1)
+        started = 0
+
+        async def send(data: bytes) -> None:
+            await room.acquire()
+            queue.put_nowait(data)
+
+        def done() -> None:
+            queue.put_nowait(_DONE)
+            running.release()
 
         async def read() -> None:
+            nonlocal started
             try:
-                async for message, size in requests:
+                stream = aiter(requests)
+                while True:
+                    await running.acquire()  # released by the request's task, when it ends
+                    try:
+                        message, size = await anext(stream)
+                    except StopAsyncIteration:
+                        return
                     number = next(numbers)
                     rid_n = request_scope.client_request_id(message.id) or f"{rid}.{number}"
-                    tasks.append(asyncio.ensure_future(self._serve(message, size, context, rid_n, queue)))
+                    task = asyncio.ensure_future(self._serve(message, size, context, rid_n, send, done))
+                    started += 1
+                    tasks.add(task)
+                    task.add_done_callback(tasks.discard)
             finally:
                 queue.put_nowait(_READ_END)  # after every request has its task
 
+        stall_s = limits.stream_stall_timeout_s
+        end = end_stalled_rpc(context, rid, stall_s)
+
+        def stalled() -> None:
+            log.info(
+                "ModelStreamInfer: the client did not read for %ss (limits.stream_stall_timeout_s)", stall_s
+            )
+            end()
+
+        watch = StallWatch(asyncio.get_running_loop(), stall_s, stalled)
         reader = asyncio.ensure_future(read())
         reading, finished = True, 0
         try:
-            while reading or finished < len(tasks):
+            while reading or finished < started:
                 item = await queue.get()
                 if item is _READ_END:
                     reading = False
                 elif item is _DONE:
                     finished += 1
                 else:
+                    watch.handed()
                     yield item
+                    watch.taken()
+                    room.release()
         finally:
+            watch.close()
             reader.cancel()
-            for task in tasks:
+            for task in list(tasks):
                 task.cancel()
         await reader  # a request the stream could not parse fails the stream
 
     async def _serve(
-        self, message: pb.ModelInferRequest, size: int, context: Ctx, rid: str, queue: asyncio.Queue[Any]
+        self,
+        message: pb.ModelInferRequest,
+        size: int,
+        context: Ctx,
+        rid: str,
+        send: Callable[[bytes], Awaitable[None]],
+        done: Callable[[], None],
     ) -> None:
         """Run one request of a stream; every message the model streams becomes one response."""
         request_scope.enter(rid)  # this task's log lines
@@ -137,15 +187,15 @@ class OipService:
         call.start(self.model_key(message))
         ctx: GrpsContext | None = None
 
-        def send(response: pb.ModelStreamInferResponse) -> None:
+        async def respond(response: pb.ModelStreamInferResponse) -> None:
             data = response.SerializeToString()
             call.bytes_out += len(data)
-            queue.put_nowait(data)
+            await send(data)
 
         try:
             request = oip_pb.decode_infer_request(message, self.executor.server_settings.limits)
             ctx = self.dataplane.context(request, rid, context.time_remaining(), streaming=True)
-            await self._stream_responses(message, request, ctx, send)
+            await self._stream_responses(message, request, ctx, respond)
         except asyncio.CancelledError:
             call.cancelled()
             if ctx is not None:
@@ -154,19 +204,19 @@ class OipService:
         except Exception as exc:
             call.fail(exc)
             log_failure(exc, "ModelStreamInfer")
-            send(
+            await respond(
                 pb.ModelStreamInferResponse(error_message=f"{status.public_message(exc)} [request_id={rid}]")
             )
         finally:
             call.finish()
-            queue.put_nowait(_DONE)
+            done()
 
     async def _stream_responses(
         self,
         message: pb.ModelInferRequest,
         request: OipRequest,
         ctx: GrpsContext,
-        send: Callable[[pb.ModelStreamInferResponse], None],
+        send: Callable[[pb.ModelStreamInferResponse], Awaitable[None]],
     ) -> None:
         """Each response carries `triton_final_response`. With `triton_enable_empty_final_response` the
         end is an empty response; otherwise each response is held until the next one comes, so the last
@@ -176,15 +226,15 @@ class OipService:
         held: OipResponse | None = None
         async for response in self.dataplane.infer_stream(name, version, request, ctx):
             if empty_final:
-                send(_stream_response(response, final=False))
+                await send(_stream_response(response, final=False))
                 continue
             if held is not None:
-                send(_stream_response(held, final=False))
+                await send(_stream_response(held, final=False))
             held = response
         if held is None:
             entry = self.dataplane.entry(name, version)
             held = OipResponse(entry.name, entry.version, [], id=request.id)
-        send(_stream_response(held, final=True))
+        await send(_stream_response(held, final=True))
 
 
 def _stream_response(response: OipResponse, final: bool) -> pb.ModelStreamInferResponse:

@@ -4,6 +4,16 @@ Limits: messages over `limits.grpc_message_bytes` (default interface.max_message
 refused by gRPC itself with RESOURCE_EXHAUSTED ("Received message larger than max (N vs. LIMIT)");
 at most `max_connections` RPCs run at once (grpc's maximum_concurrent_rpcs; beyond it RESOURCE_EXHAUSTED);
 a connection idle for `limits.idle_timeout_s` is closed.
+
+Compressed requests (`grpc-encoding: gzip` or `deflate`) are refused unless
+`limits.grpc_compressed_requests` is true: gRPC answers UNIMPLEMENTED ("Compression algorithm 'gzip' is
+disabled") as soon as the call's headers arrive, before any message is read. gRPC core holds the
+message limit to a message's compressed size and then inflates it whole before checking it again, so
+a 1 MB gzip message that inflates to 1000 MiB costs the server 1 GB of memory on its way to
+RESOURCE_EXHAUSTED; no channel argument bounds that inflation (`grpc.per_message_decompression: 0`
+hands the compressed bytes to the handler, without saying whether a message was compressed). The
+refusal is the `grpc.compression_enabled_algorithms_bitset` channel argument: identity only.
+
 TLS from `tls.cert_file`/`key_file`; with `tls.client_ca_file` clients must present a certificate
 signed by that CA.
 """
@@ -65,6 +75,10 @@ def add_services(server: grpc.aio.Server, servicers: Sequence[Service]) -> None:
     server.add_generic_rpc_handlers((routes,))
 
 
+# grpc_compression_algorithm bits: identity, deflate, gzip.
+IDENTITY_ONLY, ALL_ALGORITHMS = 0b001, 0b111
+
+
 def grpc_message_limit(settings: ServerSettings) -> int:
     limit = settings.limits.grpc_message_bytes
     return settings.interface.max_message_bytes if limit is None else limit
@@ -97,6 +111,11 @@ def build_grpc_server(executor: Executor, settings: ServerSettings) -> tuple[grp
             ("grpc.so_reuseport", 0),
             # A connection with no RPC for this long is closed (GOAWAY; clients reconnect on their own).
             ("grpc.max_connection_idle_ms", max(1, round(settings.limits.idle_timeout_s * 1000))),
+            # Which request encodings are accepted (see the module's docstring).
+            (
+                "grpc.compression_enabled_algorithms_bitset",
+                ALL_ALGORITHMS if settings.limits.grpc_compressed_requests else IDENTITY_ONLY,
+            ),
         ],
         maximum_concurrent_rpcs=settings.max_connections,
     )

@@ -3,7 +3,9 @@
 Kept free of Tornado and gRPC so the HTTP handlers and the gRPC boundary apply the same rules:
 
 - admin operations (online/offline, future management routes): with `security.admin_token`, the
-  caller must send `Bearer <admin_token>`; without it, only loopback callers are accepted;
+  caller must send `Bearer <admin_token>`; without it, only loopback callers are accepted. Over HTTP
+  they are also refused when a browser sends them for another site's page (`refuse_cross_site`): a
+  page elsewhere could otherwise make a browser on this host switch the server (a GET is enough);
 - inference routes: when `security.inference_tokens` is set, `Bearer <any one of them>`;
 - everything else (health probes, metadata, metrics) stays open.
 
@@ -59,6 +61,43 @@ def grpc_peer_is_local(peer: str | None) -> bool:
     if kind == "ipv6":
         return is_loopback(unquote(rest.rpartition(":")[0]).strip("[]"))
     return False
+
+
+# Sec-Fetch-Site values of requests a page of this server made, or the user made (address bar, bookmark).
+_SAME_SITE_VALUES = frozenset({"same-origin", "none"})
+_DEFAULT_PORTS = {"http": "80", "https": "443"}
+
+
+def refuse_cross_site(origin: str | None, fetch_site: str | None, scheme: str, host: str | None) -> None:
+    """Raise PermissionDenied (403) for a request a browser sent for a page of another origin: its
+    `Sec-Fetch-Site` is anything but `same-origin` or `none` (`cross-site`, `same-site`), or its `Origin`
+    is not this server's own (`scheme://Host`; `null` never is). Clients that send neither header
+    (curl, load balancers, grps clients) pass, whatever the method."""
+    if fetch_site is not None:
+        site = fetch_site.strip().lower()
+        if site not in _SAME_SITE_VALUES:
+            said = site if site in ("cross-site", "same-site") else "neither same-origin nor none"
+            raise PermissionDenied(
+                f"admin operations are not accepted from another site's page (Sec-Fetch-Site: {said}); "
+                "call them from a client of your own"
+            )
+    if origin is not None and (host is None or _origin(origin) != _origin(f"{scheme}://{host}")):
+        raise PermissionDenied(
+            "admin operations are not accepted from a page of another origin "
+            "(the Origin header is not this server's scheme://Host); call them from a client of your own"
+        )
+
+
+def _origin(value: str) -> tuple[str, str] | None:
+    """An origin as (scheme, host[:port]) in lower case, a scheme's default port left out; None when it
+    is not one (`null`, a path, no host)."""
+    scheme, sep, authority = value.strip().lower().partition("://")
+    if not sep or not scheme or not authority or "/" in authority or "@" in authority:
+        return None
+    host, colon, port = authority.rpartition(":")
+    if colon and port.isdigit() and (host.endswith("]") or ":" not in host):  # not inside [v6]
+        authority = host if port == _DEFAULT_PORTS.get(scheme) else authority
+    return scheme, authority
 
 
 def _matches(token: bytes | None, accepted: tuple[bytes, ...]) -> bool:

@@ -27,6 +27,7 @@ import tornado.web
 from tornado.httputil import HTTPHeaders
 
 from grps_py import status
+from grps_py.access_log import log_refused_id
 from grps_py.codecs import grps_json
 from grps_py.core import request_scope, telemetry
 from grps_py.core.errors import (
@@ -39,6 +40,7 @@ from grps_py.core.errors import (
     Unauthenticated,
 )
 from grps_py.core.executor import Executor
+from grps_py.core.untrusted import MAX_DECIMAL_DIGITS, decimal, shown
 from grps_py.http.auth import is_loopback
 from grps_py.http.policy import POLICY_SETTING, HttpPolicy, http_policy
 from grps_py.logs import ACCESS_LOGGER
@@ -96,9 +98,9 @@ def log_failure(method: str, path: str, exc: BaseException) -> None:
     if isinstance(exc, ModelError):
         log.warning("%s", exc.public_message)  # the node logged the traceback
     elif isinstance(exc, (GrpsError, tornado.web.HTTPError)):
-        client_log.info("%s %s -> %s", method, path, exc)
+        client_log.info("%s %s -> %s", shown(method), shown(path), exc)
     else:
-        log.error("%s %s failed", method, path, exc_info=exc)
+        log.error("%s %s failed", shown(method), shown(path), exc_info=exc)
 
 
 def implemented_methods(handler: type[tornado.web.RequestHandler]) -> set[str]:
@@ -113,15 +115,16 @@ def allow_header(methods: set[str]) -> str:
 
 
 def int_control(text: str | None, header: str, query: str) -> int | None:
-    """A scheduling control's value: a non-negative integer, or None when it is absent or blank."""
-    if text is None or not text.strip():
+    """A scheduling control's value, or None when it is absent or empty: ASCII digits only, at most 18
+    (`untrusted.decimal`); anything else (`1_000`, `+5`, ` 5 `, `١٢`) is refused, naming the header."""
+    if not text:
         return None
-    try:
-        value = int(text)
-    except ValueError:
-        raise InvalidInput(f"{header} / ?{query}= must be a non-negative integer, not {text!r}") from None
-    if value < 0:
-        raise InvalidInput(f"{header} / ?{query}= must be a non-negative integer, not {text!r}")
+    value = decimal(text)
+    if value is None:
+        raise InvalidInput(
+            f"{header} / ?{query}= must be a non-negative integer "
+            f"(0-9, at most {MAX_DECIMAL_DIGITS} digits), not '{shown(text, 40)}'"
+        )
     return value
 
 
@@ -146,7 +149,9 @@ class BaseHandler(tornado.web.RequestHandler):
         self._chunks: list[bytes] = []
         self._body_size = 0
         self._body_done = False
-        self._client_id = request_scope.client_request_id(self.request.headers.get(REQUEST_ID_HEADER))
+        sent_id = self.request.headers.get(REQUEST_ID_HEADER)
+        self._client_id = request_scope.client_request_id(sent_id) if sent_id else ""
+        self._refused_id = sent_id if sent_id and not self._client_id else ""
         self.request_id = self._client_id or new_request_id()
         self._model_key: str | None = None  # set once request_started was reported
         self._error: BaseException | None = None
@@ -159,6 +164,8 @@ class BaseHandler(tornado.web.RequestHandler):
         """Runs once the headers are in, before the body: who may call, and how large a body may be."""
         request_scope.enter(self.request_id)
         self.set_header(REQUEST_ID_HEADER, self.request_id)
+        if self._refused_id:
+            log_refused_id(REQUEST_ID_HEADER, self._refused_id)
         if self.admin:
             authorization = self.request.headers.get("Authorization")
             self.policy.guard.check_admin(authorization, is_loopback(self.request.remote_ip))
@@ -212,9 +219,13 @@ class BaseHandler(tornado.web.RequestHandler):
         return too_large(self.policy)
 
     def adopt_request_id(self, candidate: str) -> None:
-        """Name the request by an id found in its body (OIP `id`) when the client sent no X-Request-Id."""
+        """Name the request by an id found in its body (OIP `id`) when the client sent no X-Request-Id.
+        An id that may not name it (it is still the answer's `id`) is logged at debug."""
+        if self._client_id or not candidate:
+            return
         chosen = request_scope.client_request_id(candidate)
-        if self._client_id or not chosen:
+        if not chosen:
+            log_refused_id("the request's id", candidate, in_body=True)
             return
         self.request_id = chosen
         request_scope.enter(chosen)
@@ -241,8 +252,8 @@ class BaseHandler(tornado.web.RequestHandler):
         if cut_off and self.request.request_time() >= self.policy.body_timeout_s:
             client_log.info(
                 "%s %s -> the body did not arrive within %ss (limits.body_timeout_s); connection closed",
-                self.request.method,
-                self.request.path,
+                shown(self.request.method),
+                shown(self.request.path),
                 self.policy.body_timeout_s,
             )
             self.mark_failed(tornado.web.HTTPError(408, "request body timeout"))
@@ -295,7 +306,7 @@ class BaseHandler(tornado.web.RequestHandler):
         self.executor.telemetry.request_finished(record)
 
     def _int_control(self, header: str, query: str) -> int | None:
-        text = self.request.headers.get(header) or self.get_query_argument(query, None)
+        text = self.request.headers.get(header) or self.get_query_argument(query, None, strip=False)
         return int_control(text, header, query)
 
     def scheduling(self) -> tuple[float | None, int]:
@@ -357,7 +368,7 @@ class NotFoundHandler(BaseHandler):
         raise self._no_route()
 
     def _no_route(self) -> tornado.web.HTTPError:
-        return tornado.web.HTTPError(404, f"no route {self.request.path}")
+        return tornado.web.HTTPError(404, f"no route {shown(self.request.path)}")
 
     def write_error(self, status_code: int, **kwargs: Any) -> None:
         if status_code == 405:  # a method Tornado does not know, refused before prepare: still no route

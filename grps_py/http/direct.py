@@ -26,9 +26,11 @@ from urllib.parse import parse_qs, unquote
 from tornado import httputil
 
 from grps_py import status
+from grps_py.access_log import log_refused_id
 from grps_py.core import request_scope, telemetry
 from grps_py.core.errors import InvalidInput
 from grps_py.core.executor import Executor
+from grps_py.core.untrusted import shown
 from grps_py.http.base import (
     CLIENT_CLOSED,
     LARGE_BODY_BYTES,
@@ -94,9 +96,13 @@ class DirectCall(httputil.HTTPMessageDelegate):
         headers: httputil.HTTPHeaders,
     ) -> None:
         """Who may call and how large a body may be, before the body is read (as BaseHandler.prepare)."""
-        self._client_id = request_scope.client_request_id(headers.get(REQUEST_ID_HEADER))
+        sent_id = headers.get(REQUEST_ID_HEADER)
+        self._client_id = request_scope.client_request_id(sent_id) if sent_id else ""
         self.request_id = self._client_id or new_request_id()
         policy = self.route.policy
+        if sent_id and not self._client_id:
+            with request_scope.scoped(self.request_id):
+                log_refused_id(REQUEST_ID_HEADER, sent_id)
         try:
             if policy.guard.inference_tokens:
                 policy.guard.check_inference(headers.get("Authorization"))
@@ -134,7 +140,7 @@ class DirectCall(httputil.HTTPMessageDelegate):
             client_log.info(
                 "%s %s -> the body did not arrive within %ss (limits.body_timeout_s); connection closed",
                 self.method,
-                self.path,
+                shown(self.path),
                 policy.body_timeout_s,
             )
             self.answered = True
@@ -166,29 +172,38 @@ class DirectCall(httputil.HTTPMessageDelegate):
             self.model_key = model_key
             self.executor.telemetry.request_started(self.protocol, model_key)
 
-    def query_argument(self, name: str, default: str) -> str:
-        """The last value of a query parameter, stripped, as Tornado's get_query_argument gives it
-        (a value that is not UTF-8 is a 400, as there; values not asked for are not decoded)."""
+    def query_argument(self, name: str, default: str, strip: bool = True) -> str:
+        """The last value of a query parameter, stripped (unless `strip` is false), as Tornado's
+        get_query_argument gives it (a value that is not UTF-8 is a 400, as there; values not asked for
+        are not decoded)."""
         if self._query is None:
             self._query = parse_qs(self.query, keep_blank_values=True, encoding="latin-1")
         values = self._query.get(name)
         if not values:
             return default
         try:
-            return values[-1].encode("latin-1").decode("utf-8").strip()
+            value = values[-1].encode("latin-1").decode("utf-8")
+            return value.strip() if strip else value
         except UnicodeDecodeError:
             raise InvalidInput(f"invalid unicode in the query argument {name!r}") from None
 
     def control(self, header: str, query: str) -> int | None:
-        """A scheduling control (timeout, priority), as a header or a query parameter (the header wins)."""
-        return int_control(self.headers.get(header) or self.query_argument(query, "") or None, header, query)
+        """A scheduling control (timeout, priority), as a header or a query parameter (the header wins);
+        the query's value as sent, not stripped (` 5 ` is refused, as `int_control` says)."""
+        text = self.headers.get(header) or self.query_argument(query, "", strip=False)
+        return int_control(text, header, query)
 
     def adopt_request_id(self, candidate: str) -> None:
-        """Name the request by an id found in its body (OIP `id`) when the client sent no X-Request-Id."""
+        """Name the request by an id found in its body (OIP `id`) when the client sent no X-Request-Id
+        (an id that may not name it is logged at debug; it still is the answer's `id`)."""
+        if self._client_id or not candidate:
+            return
         chosen = request_scope.client_request_id(candidate)
-        if chosen and not self._client_id:
+        if chosen:
             self.request_id = chosen
             request_scope.enter(chosen)
+        else:
+            log_refused_id("the request's id", candidate, in_body=True)
 
     # -- the answer, out -----------------------------------------------------------------------
     async def _run(self) -> None:

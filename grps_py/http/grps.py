@@ -9,6 +9,7 @@ import orjson
 from tornado.httputil import HTTPHeaders, RequestStartLine
 
 from grps_py.codecs import grps_json, json_values
+from grps_py.codecs.answer_size import check_answer, grps_json_bytes, plain_payload
 from grps_py.codecs.limits import check_length
 from grps_py.core.config import StreamingCtrl
 from grps_py.core.context import GrpsContext
@@ -17,6 +18,7 @@ from grps_py.core.executor import Executor
 from grps_py.core.protection import LimitsSettings
 from grps_py.core.telemetry import GRPS_HTTP
 from grps_py.core.types import InferRequest, Payload, PayloadKind
+from grps_py.http.auth import refuse_cross_site
 from grps_py.http.base import (
     PRIORITY_HEADER,
     PRIORITY_QUERY,
@@ -39,6 +41,15 @@ class HealthHandler(BaseHandler):
         super().initialize(executor)
         self.action = action
         self.admin = action in ADMIN_ACTIONS
+
+    def prepare(self) -> None:
+        """An admin switch a browser sends for another site's page is refused (403) first, whatever the
+        method and the token (see auth.refuse_cross_site); then the rules of every route."""
+        if self.admin:
+            headers = self.request.headers
+            origin, site = headers.get("Origin"), headers.get("Sec-Fetch-Site")
+            refuse_cross_site(origin, site, self.request.protocol, headers.get("Host"))
+        super().prepare()
 
     def get(self) -> None:
         ex = self.executor
@@ -159,11 +170,15 @@ class DirectPredict(DirectCall):
         self._request = request = InferRequest(payload, ctx, model, self.request_id, self.protocol)
         self.mark_started(self.executor.model_key(model))
         response = await self.executor.infer(request)
-        data = raw_bytes(response.payload)
+        # Refused before it is encoded when it could be larger than limits.http_answer_bytes (500).
+        payload, limit = plain_payload(response.payload), self.route.policy.answer_bytes
+        data = raw_bytes(payload)
         if data is not None:
+            check_answer(len(data), limit)
             return data, OCTET_STREAM, ()
         return_ndarray = is_true(self.query_argument("return-ndarray", "false"))
-        body = grps_json.encode_response(response.payload, return_ndarray=return_ndarray)
+        check_answer(grps_json_bytes(payload, return_ndarray, limit), limit)
+        body = grps_json.encode_response(payload, return_ndarray=return_ndarray)
         return body, "application/json", ()
 
 

@@ -17,6 +17,7 @@ from tornado.iostream import StreamClosedError
 
 from grps_py import status
 from grps_py.codecs import oip_generate, oip_json
+from grps_py.codecs.answer_size import check_answer, oip_generate_bytes, oip_infer_bytes
 from grps_py.core.catalog import ModelEntry
 from grps_py.core.context import GrpsContext
 from grps_py.core.dataplane import OipDataplane
@@ -27,6 +28,7 @@ from grps_py.core.telemetry import OIP_HTTP
 from grps_py.http.base import BaseHandler
 from grps_py.http.direct import DirectCall, DirectRoute, Header
 from grps_py.http.policy import HttpPolicy
+from grps_py.http.streaming import abort_on_stall
 
 HEADER_LENGTH = "Inference-Header-Content-Length"
 MODEL = r"/v2/models/([^/]+)(?:/versions/([^/]+))?"
@@ -75,10 +77,23 @@ def compressed(body: bytes, accept_encoding: str) -> tuple[bytes, str | None]:
     return body, None
 
 
-def encode_infer_answer(request: OipRequest, response: OipResponse) -> tuple[bytes, str, int | None]:
-    """The answer's body, its Content-Type and its Inference-Header-Content-Length (None: all JSON)."""
-    body, header_length = oip_json.encode_response(response, binary_outputs(request, response))
+def encode_infer_answer(
+    request: OipRequest, response: OipResponse, answer_bytes: int
+) -> tuple[bytes, str, int | None]:
+    """The answer's body, its Content-Type and its Inference-Header-Content-Length (None: all JSON).
+    An answer that could take more than `answer_bytes` (limits.http_answer_bytes) is refused before it
+    is encoded: AnswerTooLarge (500)."""
+    binary = binary_outputs(request, response)
+    check_answer(oip_infer_bytes(response, binary, answer_bytes), answer_bytes)
+    body, header_length = oip_json.encode_response(response, binary)
     return body, (_JSON if header_length is None else _OCTET_STREAM), header_length
+
+
+def encode_generate_answer(response: OipResponse, answer_bytes: int) -> bytes:
+    """A generate answer (or one server-sent event's data), refused before it is encoded when it could
+    take more than `answer_bytes`."""
+    check_answer(oip_generate_bytes(response, answer_bytes), answer_bytes)
+    return oip_generate.encode_generate(response)
 
 
 class OipHandler(BaseHandler):
@@ -232,7 +247,8 @@ class DirectInfer(DirectCall):
         self._ctx = self.dataplane.context(request, self.request_id, streaming=False)
         model, version = self.args
         response = await self.dataplane.infer(model, version, request, self._ctx)
-        body, content_type, header_length = encode_infer_answer(request, response)
+        answer_bytes = self.route.policy.answer_bytes
+        body, content_type, header_length = encode_infer_answer(request, response, answer_bytes)
         body, encoding = compressed(body, headers.get("Accept-Encoding", ""))
         more: tuple[Header, ...] = () if header_length is None else ((HEADER_LENGTH, str(header_length)),)
         if encoding is not None:
@@ -265,26 +281,29 @@ class GenerateHandler(InferBase):
         if not self.stream:
             response = await self.run(model, version, request)
             if response is not None:
-                self.send(oip_generate.encode_generate(response), _JSON)
+                self.send(encode_generate_answer(response, self.policy.answer_bytes), _JSON)
             return
         await self.run_events(model, version or "", request)
 
     async def run_events(self, model: str, version: str, request: OipRequest) -> None:
         ctx = self.context(request, streaming=True)
+        abort_on_stall(self, ctx)
         started = False
         try:
             async for response in self.dataplane.infer_stream(model, version, request, ctx):
+                event = encode_generate_answer(response, self.policy.answer_bytes)
                 if not started:
                     self.set_header("Content-Type", "text/event-stream")
                     self.set_header("Cache-Control", "no-cache")
                     started = True
-                self.write(b"data: " + oip_generate.encode_generate(response) + b"\n\n")
+                self.write(b"data: " + event + b"\n\n")
                 await self.flush()
         except (StreamClosedError, asyncio.CancelledError):
             self.mark_client_gone()
             ctx.cancel()
             return
         except GrpsError as exc:
+            ctx.cancel()  # a message refused here (too large) leaves the model streaming: stop it
             if not started:
                 raise
             self.mark_failed(exc)

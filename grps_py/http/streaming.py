@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import weakref
 from collections.abc import Callable
 
 from tornado.iostream import StreamClosedError
 
 from grps_py import status
 from grps_py.codecs import grps_json
+from grps_py.codecs.answer_size import grps_answer
 from grps_py.core.config import StreamingCtrl
+from grps_py.core.context import GrpsContext
 from grps_py.core.errors import GrpsError
 from grps_py.core.types import InferRequest, InferResponse, Payload, PayloadKind
 from grps_py.http.base import BaseHandler
@@ -42,6 +45,35 @@ def raw_bytes(payload: Payload) -> bytes | None:
     return None
 
 
+def abort_connection(handler: BaseHandler) -> None:
+    """Drop the handler's connection at once, unsent bytes and all (a client that stopped reading would
+    keep a graceful close waiting): its pending flush fails with StreamClosedError, and the handler's
+    close callback runs."""
+    exchange = handler.request.connection
+    connection = getattr(exchange, "connection", None)  # http/connection.py: Exchange -> HttpConnection
+    transport = getattr(connection, "transport", None)
+    if transport is not None:
+        transport.abort()
+        return
+    stream = getattr(exchange, "stream", None)  # Tornado's own HTTP1Connection, should one serve it
+    if stream is not None:
+        stream.close()
+
+
+def abort_on_stall(handler: BaseHandler, ctx: GrpsContext) -> None:
+    """A stream whose client takes nothing for `limits.stream_stall_timeout_s` is stopped by the executor,
+    which cancels its model; this ends the HTTP request too, by aborting the connection (its flush fails,
+    and the request is recorded as one whose client went away)."""
+    handler_ref = weakref.ref(handler)  # the handler holds the request and its context: no cycle
+
+    def abort() -> None:
+        current = handler_ref()
+        if current is not None:
+            abort_connection(current)
+
+    ctx.on_stall(abort)
+
+
 def json_line(payload: Payload) -> bytes:
     """One streamed message: raw bytes as they are, anything else one JSON document and a newline."""
     data = raw_bytes(payload)
@@ -60,7 +92,9 @@ class PredictBase(BaseHandler):
             self._request.context.cancel()
 
     def write_payload(self, payload: Payload, return_ndarray: bool = False) -> None:
-        """A `bin_data` answer goes back raw as octet-stream; anything else as grps JSON."""
+        """A `bin_data` answer goes back raw as octet-stream; anything else as grps JSON, once the answer is
+        known to fit limits.http_answer_bytes (checked before it is encoded: AnswerTooLarge, 500)."""
+        payload = grps_answer(payload, return_ndarray, self.policy.answer_bytes)
         data = raw_bytes(payload)
         if data is not None:
             self.set_header("Content-Type", OCTET_STREAM)
@@ -87,11 +121,14 @@ class PredictBase(BaseHandler):
     async def run_streaming(
         self, request: InferRequest, content_type: str, encode: Callable[[Payload], bytes] = json_line
     ) -> None:
-        """Write each streamed message as one chunk and flush it; stop when the client is gone."""
+        """Write each streamed message as one chunk and flush it (the flush waits while the connection's
+        buffer is over its limit: backpressure); stop when the client is gone, or stalled."""
         self._request = request
+        abort_on_stall(self, request.context)
         started = False
         try:
             async for response in self.executor.infer_stream(request):
+                response.payload = grps_answer(response.payload, False, self.policy.answer_bytes)
                 if not started:
                     if self.answer_instead_of_stream(request):
                         return
