@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import grpc
 
+from grps_py.core.config import LogSettings
 from grps_py.core.telemetry import RequestRecord
+from grps_py.logs import ACCESS_LOGGER, LOG_FILE, LOGGERS, setup_logging
 from grps_py.server import GrpsServer
 
 PROJECTS = Path(__file__).parent / "projects"
@@ -151,3 +155,31 @@ def wait_for(probe: Callable[[], Any], timeout_s: float = 10.0) -> Any:
             assert value, "timed out waiting"
             return value
         time.sleep(0.01)
+
+
+def start_light(root: Path) -> ServerThread:
+    """The basic project's light models (LIGHT_INFERENCE) on loopback, free ports; files go in `root`."""
+    (root / "server.yml").write_text("interface:\n  host: 127.0.0.1\n  port: 0,0\n")
+    (root / "inference.yml").write_text(LIGHT_INFERENCE)
+    return start_project(BASIC, inference_conf=root / "inference.yml", server_conf=root / "server.yml")
+
+
+@contextmanager
+def logging_to(settings: LogSettings) -> Iterator[Path]:
+    """setup_logging into `settings.log_dir` for one test (yields the log file), then the loggers as
+    they were."""
+    names = (*LOGGERS, ACCESS_LOGGER, "tornado.access")
+    saved = {n: (list(logging.getLogger(n).handlers), logging.getLogger(n).level) for n in names}
+    propagate = {n: logging.getLogger(n).propagate for n in names}
+    setup_logging(settings)
+    try:
+        assert settings.log_dir is not None
+        yield settings.log_dir / LOG_FILE
+    finally:
+        for name, (handlers, level) in saved.items():
+            logger = logging.getLogger(name)
+            for handler in [h for h in logger.handlers if h not in handlers]:
+                logger.removeHandler(handler)
+                handler.close()
+            logger.setLevel(level)
+            logger.propagate = propagate[name]

@@ -10,7 +10,6 @@ import sys
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -21,9 +20,9 @@ import pytest
 from grps_py.access_log import AccessLog, install_access_log
 from grps_py.core.config import LogSettings
 from grps_py.core.telemetry import RequestRecord
-from grps_py.logs import LOG_FILE, LOGGERS, MAX_MESSAGE_CHARS, flush_access_log, setup_logging
+from grps_py.logs import MAX_MESSAGE_CHARS, flush_access_log
 from grps_py.protos import grps_pb2, grps_pb2_grpc, open_inference_pb2, open_inference_pb2_grpc
-from support import Recorder, ServerThread, start_project, wait_for
+from support import Recorder, ServerThread, logging_to, start_project, wait_for
 
 PREDICT = "/grps/v1/infer/predict"
 MODELS = '''
@@ -133,26 +132,6 @@ def http(server: ServerThread) -> Iterator[httpx.Client]:
 def channel(server: ServerThread) -> Iterator[grpc.Channel]:
     with grpc.insecure_channel(server.grpc_target) as chan:
         yield chan
-
-
-@contextmanager
-def logging_to(settings: LogSettings) -> Iterator[Path]:
-    """setup_logging into a directory for one test, then the loggers as they were."""
-    names = (*LOGGERS, "grps_py.access", "tornado.access")
-    saved = {n: (list(logging.getLogger(n).handlers), logging.getLogger(n).level) for n in names}
-    propagate = {n: logging.getLogger(n).propagate for n in names}
-    setup_logging(settings)
-    try:
-        assert settings.log_dir is not None
-        yield settings.log_dir / LOG_FILE
-    finally:
-        for name, (handlers, level) in saved.items():
-            logger = logging.getLogger(name)
-            for handler in [h for h in logger.handlers if h not in handlers]:
-                logger.removeHandler(handler)
-                handler.close()
-            logger.setLevel(level)
-            logger.propagate = propagate[name]
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ from grps_py.core.errors import InvalidInput
 from grps_py.core.untrusted import decimal
 from grps_py.http.base import int_control
 from grps_py.protos import grps_pb2, grps_pb2_grpc, open_inference_pb2, open_inference_pb2_grpc
-from support import BASIC, LIGHT_INFERENCE, ServerThread, start_project
+from support import ServerThread, start_light
 
 Msg = grps_pb2.GrpsMessage
 GOOD = ["0", "10000000", "0010000000", "9" * 18]  # as a timeout: none, or 10 s and more
@@ -28,9 +28,7 @@ OIP_DOC = {"inputs": [{"name": "x", "datatype": "FP32", "shape": [1], "data": [1
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerThread]:
     root = tmp_path_factory.mktemp("int_controls")
-    (root / "server.yml").write_text("interface:\n  host: 127.0.0.1\n  port: 0,0\n")
-    (root / "inference.yml").write_text(LIGHT_INFERENCE)
-    running = start_project(BASIC, inference_conf=root / "inference.yml", server_conf=root / "server.yml")
+    running = start_light(root)
     yield running
     running.stop()
 

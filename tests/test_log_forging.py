@@ -7,7 +7,6 @@ from __future__ import annotations
 import io
 import logging
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import quote
 
@@ -20,17 +19,13 @@ from grps_py.core import errors
 from grps_py.core.config import LogSettings
 from grps_py.core.untrusted import MAX_SHOWN_CHARS, one_line, shown
 from grps_py.logs import (
-    ACCESS_LOGGER,
-    LOG_FILE,
-    LOGGERS,
     DeferredStreamHandler,
     TextFormatter,
     flush_access_log,
-    setup_logging,
     write_access_line,
 )
 from grps_py.protos import grps_pb2, grps_pb2_grpc, open_inference_pb2, open_inference_pb2_grpc
-from support import BASIC, LIGHT_INFERENCE, ServerThread, start_project
+from support import ServerThread, logging_to, start_light
 
 Msg = grps_pb2.GrpsMessage
 FORGED = "2026-01-01 00:00:00,000 INFO [-] grps_py.access: POST /admin/grant 200"
@@ -46,9 +41,7 @@ def oip_input(name: str = "x", datatype: str = "FP32") -> dict[str, object]:
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerThread]:
     root = tmp_path_factory.mktemp("forging")
-    (root / "server.yml").write_text("interface:\n  host: 127.0.0.1\n  port: 0,0\n")
-    (root / "inference.yml").write_text(LIGHT_INFERENCE)
-    running = start_project(BASIC, inference_conf=root / "inference.yml", server_conf=root / "server.yml")
+    running = start_light(root)
     yield running
     running.stop()
 
@@ -63,26 +56,6 @@ def http(server: ServerThread) -> Iterator[httpx.Client]:
 def channel(server: ServerThread) -> Iterator[grpc.Channel]:
     with grpc.insecure_channel(server.grpc_target) as chan:
         yield chan
-
-
-@contextmanager
-def logging_to(settings: LogSettings) -> Iterator[Path]:
-    """setup_logging into a directory for one test, then the loggers as they were."""
-    names = (*LOGGERS, ACCESS_LOGGER, "tornado.access")
-    saved = {n: (list(logging.getLogger(n).handlers), logging.getLogger(n).level) for n in names}
-    propagate = {n: logging.getLogger(n).propagate for n in names}
-    setup_logging(settings)
-    try:
-        assert settings.log_dir is not None
-        yield settings.log_dir / LOG_FILE
-    finally:
-        for name, (handlers, level) in saved.items():
-            logger = logging.getLogger(name)
-            for handler in [h for h in logger.handlers if h not in handlers]:
-                logger.removeHandler(handler)
-                handler.close()
-            logger.setLevel(level)
-            logger.propagate = propagate[name]
 
 
 @pytest.fixture

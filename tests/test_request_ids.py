@@ -4,10 +4,8 @@ escaped. An OIP `id` is still echoed in the answer as sent, whatever it holds.""
 
 from __future__ import annotations
 
-import logging
 import re
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import grpc
@@ -17,9 +15,9 @@ import pytest
 from grps_py.core import request_scope
 from grps_py.core.config import LogSettings
 from grps_py.core.untrusted import shown
-from grps_py.logs import ACCESS_LOGGER, LOG_FILE, LOGGERS, flush_access_log, setup_logging
+from grps_py.logs import flush_access_log
 from grps_py.protos import grps_pb2, grps_pb2_grpc, open_inference_pb2, open_inference_pb2_grpc
-from support import BASIC, LIGHT_INFERENCE, ServerThread, start_project
+from support import ServerThread, logging_to, start_light
 
 Msg = grps_pb2.GrpsMessage
 OURS = re.compile(r"[0-9a-f]{16,}")  # request_ids.new_request_id
@@ -33,9 +31,7 @@ OIP_DOC = {"inputs": [{"name": "x", "datatype": "FP32", "shape": [1], "data": [1
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerThread]:
     root = tmp_path_factory.mktemp("request_ids")
-    (root / "server.yml").write_text("interface:\n  host: 127.0.0.1\n  port: 0,0\n")
-    (root / "inference.yml").write_text(LIGHT_INFERENCE)
-    running = start_project(BASIC, inference_conf=root / "inference.yml", server_conf=root / "server.yml")
+    running = start_light(root)
     yield running
     running.stop()
 
@@ -50,25 +46,6 @@ def http(server: ServerThread) -> Iterator[httpx.Client]:
 def channel(server: ServerThread) -> Iterator[grpc.Channel]:
     with grpc.insecure_channel(server.grpc_target) as chan:
         yield chan
-
-
-@contextmanager
-def logging_to(settings: LogSettings) -> Iterator[Path]:
-    names = (*LOGGERS, ACCESS_LOGGER, "tornado.access")
-    saved = {n: (list(logging.getLogger(n).handlers), logging.getLogger(n).level) for n in names}
-    propagate = {n: logging.getLogger(n).propagate for n in names}
-    setup_logging(settings)
-    try:
-        assert settings.log_dir is not None
-        yield settings.log_dir / LOG_FILE
-    finally:
-        for name, (handlers, level) in saved.items():
-            logger = logging.getLogger(name)
-            for handler in [h for h in logger.handlers if h not in handlers]:
-                logger.removeHandler(handler)
-                handler.close()
-            logger.setLevel(level)
-            logger.propagate = propagate[name]
 
 
 @pytest.fixture
