@@ -7,6 +7,24 @@ request to the Application through Tornado's HTTPConnection interface, so the ha
 It keeps Tornado's behaviour: keep-alive rules, chunked answers without a Content-Length, 100-continue
 after the handler's `prepare`, a bare 400 for a malformed request, closing after an answer given before
 the body was read, and requests pipelined on one connection answered in order.
+
+What it adds, against clients that would hold memory or desynchronise the framing:
+- a request's head and its chunked trailers together are held to `limits.header_bytes`, counted per
+  message (complete requests that arrived in the same read do not count); over it nothing more is read
+  and the connection closes once the requests ahead are answered, leaving this one unanswered (as
+  Tornado does for a head too large);
+- a malformed request (400: llhttp parses strictly), a Transfer-Encoding other than `chunked` (501, or
+  400 when `chunked` is not the last coding or the request is HTTP/1.0), conflicting Content-Length or
+  Transfer-Encoding headers (400), an `Expect` other than `100-continue` (417), a version other than
+  HTTP/1.0 and HTTP/1.1 (505): answered once the requests ahead of it on the connection are, and the
+  connection closed; nothing after it is read (tests/fuzz/test_http_differential.py holds the framing
+  to h11's);
+- write backpressure: past `limits.write_buffer_bytes` of answers the client has not taken, the
+  connection reads no more requests and begins no pipelined one until the buffer drains, and what a
+  client sends behind a request waiting its turn stays unparsed; a connection whose client takes
+  nothing for `limits.idle_timeout_s` is aborted (see `sweep`), closing or not;
+- an HTTP/1.0 answer with no Content-Length (a stream) ends by closing the connection, and a
+  connection llhttp reads as ending (`Connection: close, ...`) is not kept alive.
 """
 
 from __future__ import annotations
@@ -27,9 +45,20 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("grps_py.http")
 app_log = logging.getLogger("tornado.application")  # where Tornado logs what a delegate raised
-BAD_REQUEST = b"HTTP/1.1 400 Bad Request\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"
+
+
+def bare(status: str) -> bytes:
+    """An answer of its status alone, after which the connection closes."""
+    return f"HTTP/1.1 {status}\r\nConnection: close\r\nContent-Length: 0\r\n\r\n".encode("ascii")
+
+
+BAD_REQUEST = bare("400 Bad Request")
+EXPECTATION_FAILED = bare("417 Expectation Failed")
+NOT_IMPLEMENTED = bare("501 Not Implemented")
+VERSION_NOT_SUPPORTED = bare("505 HTTP Version Not Supported")
 CONTINUE = b"HTTP/1.1 100 (Continue)\r\n\r\n"
 NO_BODY_STATUSES = (204, 304)
+FEED_BYTES = 16384  # parsed at a time: what arrives past a request that must wait stays unparsed
 
 
 class RequestContext:
@@ -72,6 +101,7 @@ class Exchange(httputil.HTTPConnection):
         "_expected_remaining",
         "_pending",
         "_waiting",
+        "begun",
         "connection",
         "context",
         "disconnect_on_finish",
@@ -91,6 +121,7 @@ class Exchange(httputil.HTTPConnection):
         self._close_callback: Callable[[], None] | None = None
         self._chunking = False
         self._expected_remaining: int | None = None
+        self.begun = False  # its head went to the Application
         self.read_finished = False
         self.write_finished = False
         self.wrote_headers = False
@@ -113,6 +144,7 @@ class Exchange(httputil.HTTPConnection):
         assert self.head is not None
         start_line, headers = self.head
         connection = self.connection
+        self.begun = True
         connection.body_started(self)
         direct = connection.listener.direct
         call = direct.call_for(self, start_line, headers) if direct is not None else None
@@ -137,8 +169,12 @@ class Exchange(httputil.HTTPConnection):
         assert self.head is not None
         if self.connection.closed:
             return
-        expect = self.head[1].get("Expect")
-        if expect is not None and expect.lower() == "100-continue" and not self.write_finished:
+        start_line, headers = self.head
+        if (
+            headers.get_list("Expect")  # (get_list: no KeyError raised and caught for a missing header)
+            and start_line.version == "HTTP/1.1"  # (an HTTP/1.0 client expects no interim answer)
+            and not self.write_finished
+        ):  # (any other expectation was refused: see `refused`)
             self.connection.transport_write(CONTINUE)
         self._waiting = False
         pending, self._pending = self._pending, []
@@ -206,7 +242,7 @@ class Exchange(httputil.HTTPConnection):
     ) -> asyncio.Future[None]:
         """Write the answer's head (header names as HTTPHeaders spells them) and maybe its first piece."""
         assert self.head is not None
-        request_line, request_headers = self.head
+        request_line = self.head[0]
         names = {name for name, _ in headers}
         self._chunking = (
             request_line.version == "HTTP/1.1"
@@ -216,13 +252,19 @@ class Exchange(httputil.HTTPConnection):
             and "Content-Length" not in names
             and "Transfer-Encoding" not in names
         )
-        if request_line.version == "HTTP/1.1" and (self.disconnect_on_finish or self.connection.draining):
+        if self.connection.draining:
             self.disconnect_on_finish = True
-            headers = replaced(headers, "Connection", "close")
-        if (
-            request_line.version == "HTTP/1.0"
-            and request_headers.get("Connection", "").lower() == "keep-alive"
-        ):
+        if request_line.version == "HTTP/1.1":
+            if self.disconnect_on_finish:
+                headers = replaced(headers, "Connection", "close")
+        elif not (
+            "Content-Length" in names
+            or request_line.method == "HEAD"
+            or code in NO_BODY_STATUSES
+            or 100 <= code < 200
+        ):  # HTTP/1.0 has no chunking: an answer without a length ends where the connection does
+            self.disconnect_on_finish = True
+        elif not self.disconnect_on_finish:  # (an HTTP/1.0 connection is kept only when asked for)
             headers = replaced(headers, "Connection", "Keep-Alive")
         if self._chunking:
             headers.append(("Transfer-Encoding", "chunked"))
@@ -286,11 +328,21 @@ class HttpConnection(asyncio.Protocol):
         self._parsing: Exchange | None = None  # the exchange whose bytes are arriving
         self._url: list[bytes] = []
         self._headers: list[tuple[bytes, bytes]] = []
+        # The current message's head and trailers against limits.header_bytes: what the callbacks handed
+        # over (target, header lines), and the reads that lay wholly inside its head or its trailers
+        # (httptools holds a header line that spans reads until it ends: those reads bound it).
         self._head_bytes = 0
+        self._head_reads = 0
+        self._in_head = False  # inside a head, or a chunk's header and maybe the trailers after it
+        self._heads = 0  # heads (and chunk headers) begun: tells whether a read stayed inside one
+        self._rejection: bytes | None = None  # the answer to a request refused, once those ahead are
         self._write_paused = False
         self._drained: list[asyncio.Future[None]] = []
         self._lost: asyncio.Future[None] | None = None
         self._reading_paused = False
+        self._unparsed = b""  # received while (or after) reading paused: parsed when it resumes
+        self._unsent = 0  # the write buffer at the last sweep that saw it shrink (or fill)
+        self._stall_due: float | None = None  # aborted then, unless the client takes some of it
 
     @property
     def draining(self) -> bool:
@@ -304,24 +356,55 @@ class HttpConnection(asyncio.Protocol):
         if not self.listener.admit(self):
             self.closed = True
             return
+        self.transport.set_write_buffer_limits(high=self.listener.write_buffer_bytes)
         self.due = self.listener.idle_due()
 
     def data_received(self, data: bytes) -> None:
-        if self.closed:
+        if self.closed or self._rejection is not None:
             return
+        if self._unparsed or self._reading_paused:  # behind bytes not parsed yet: in order
+            self._unparsed += data
+        elif len(data) <= FEED_BYTES:
+            self._parse(data)
+        else:
+            self._feed(data)
+
+    def _feed(self, data: bytes) -> None:
+        """Parse `data` a piece at a time; once reading pauses (a pipelined request waits its turn, or
+        answers wait unsent) the rest waits in `_unparsed`, so a client's backlog costs no memory."""
+        view = memoryview(data)
+        for at in range(0, len(data), FEED_BYTES):
+            if self.closed or self._rejection is not None:
+                return
+            if self._reading_paused:
+                self._unparsed = bytes(view[at:])
+                return
+            self._parse(view[at : at + FEED_BYTES])
+
+    def _parse(self, piece: bytes | memoryview) -> None:
+        heads = self._heads
         try:
-            self._parser.feed_data(data)
+            self._parser.feed_data(piece)
         except httptools.HttpParserUpgrade:
-            self._close_when_answered()  # no protocol upgrades here: answer what came, then close
-        except httptools.HttpParserError as exc:
-            if not self.closed:  # (a callback that closed the connection stops the parser this way too)
-                log.info("malformed HTTP request from %s: %s", self.context, exc)
-                self.answer_bad_request()
+            self.reject(b"")  # no protocol upgrades here: answer what came, then close
             return
-        if self._parsing is not None and self._parsing.head is None:
-            self._head_bytes += len(data)
-            if self._head_bytes > self.listener.header_bytes:
-                self.close()  # as Tornado does: a head over the limit is not answered
+        except httptools.HttpParserError as exc:
+            if not self.closed and self._rejection is None:  # (not refused by a callback already)
+                log.info("malformed HTTP request from %s: %s", self.context, exc)
+                self.reject(BAD_REQUEST)
+            return
+        if self._in_head and self._heads == heads:  # the whole piece lay inside one head (or trailers)
+            self._head_reads += len(piece)
+            if self._head_reads > self.listener.header_bytes:
+                self.reject(b"")  # as Tornado does: a head over the limit is not answered
+
+    def _read_on(self) -> None:
+        """Reading resumed: parse what arrived while it was paused (unless it paused again since)."""
+        if self._reading_paused:
+            return
+        data, self._unparsed = self._unparsed, b""
+        if data and not self.closed and self._rejection is None:
+            self._feed(data)  # (pieces of FEED_BYTES: it stops where reading pauses again)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
@@ -339,14 +422,20 @@ class HttpConnection(asyncio.Protocol):
             self._lost.set_result(None)
 
     def pause_writing(self) -> None:
+        """Past limits.write_buffer_bytes unsent: read and begin nothing more until it drains."""
         self._write_paused = True
+        self._pause_reading()
 
     def resume_writing(self) -> None:
         self._write_paused = False
+        self._stall_due = None  # the client took some: progress
         waiters, self._drained = self._drained, []
         for waiter in waiters:
             if not waiter.done():
                 waiter.set_result(None)
+        if self._exchanges and not self._exchanges[0].begun:
+            asyncio.get_running_loop().call_soon(self._begin_next, context=contextvars.Context())
+        self._resume_reading()
 
     # -- httptools callbacks ------------------------------------------------------------------
     def on_message_begin(self) -> None:
@@ -357,51 +446,78 @@ class HttpConnection(asyncio.Protocol):
         self._exchanges.append(exchange)
         self._url = []
         self._headers = []
-        self._head_bytes = 0
+        self._head_bytes = self._head_reads = 0
+        self._in_head = True
+        self._heads += 1
 
     def on_url(self, url: bytes) -> None:
         self._url.append(url)
+        self._head_bytes += len(url)
+        if self._head_bytes > self.listener.header_bytes:
+            self._head_too_large()
 
     def on_header(self, name: bytes, value: bytes) -> None:
+        """A header of the head, or a trailer (kept, within the limit, until the next request; unused:
+        Tornado ignores trailers)."""
+        self._head_bytes += len(name) + len(value) + 4
+        if self._head_bytes > self.listener.header_bytes:
+            self._head_too_large()
         self._headers.append((name, value))
+
+    def _head_too_large(self) -> None:
+        self.reject(b"")  # as Tornado does: a head over the limit is not answered
+        raise httptools.HttpParserCallbackError("the head is over limits.header_bytes")
 
     def on_headers_complete(self) -> None:
         exchange = self._parsing
         assert exchange is not None
+        self._in_head = False
         parser = self._parser
-        target = b"".join(self._url)
-        size = len(target) + sum(len(name) + len(value) + 4 for name, value in self._headers)
-        if size > self.listener.header_bytes:
-            self.close()
-            raise httptools.HttpParserCallbackError("the head is over limits.header_bytes")
+        version = "HTTP/" + parser.get_http_version()
         start_line = httputil.RequestStartLine(
-            parser.get_method().decode("ascii"), target.decode("latin1"), "HTTP/" + parser.get_http_version()
+            parser.get_method().decode("ascii"), b"".join(self._url).decode("latin1"), version
         )
         headers = httputil.HTTPHeaders()
         for name, value in self._headers:
             headers.add(name.decode("latin1"), value.decode("latin1").strip())
+        refusal = refused(version, headers)
+        if refusal is not None:
+            log.info("refused an HTTP request from %s: %s", self.context, refusal.split(b"\r\n", 1)[0])
+            self.reject(refusal)
+            raise httptools.HttpParserCallbackError("the request is refused")
         exchange.headers_received(start_line, headers)
-        if exchange is self._exchanges[0]:
+        if exchange is self._exchanges[0] and not self._write_paused:
             exchange.begin()
-        else:  # pipelined behind an unanswered request: read no further until that one is answered
+        else:  # pipelined behind an unanswered request (or answers unsent): read on once it is answered
             self._pause_reading()
 
+    def on_chunk_header(self) -> None:
+        self._in_head = True  # a chunk's data follows, or (after the last one) the trailers
+        self._heads += 1
+
+    def on_chunk_complete(self) -> None:
+        self._in_head = False
+
     def on_body(self, piece: bytes) -> None:
+        self._in_head = False
         if self._parsing is not None:
             self._parsing.body_received(piece)
 
     def on_message_complete(self) -> None:
+        self._in_head = False
         exchange, self._parsing = self._parsing, None
         if exchange is not None:
             exchange.body_received(None)
 
     # -- what the exchanges ask for -----------------------------------------------------------
     def can_keep_alive(self, start_line: httputil.RequestStartLine, headers: httputil.HTTPHeaders) -> bool:
-        """Tornado's rules: HTTP/1.1 unless `Connection: close`; HTTP/1.0 only when asked for."""
-        if self.listener.no_keep_alive:
+        """Tornado's rules: HTTP/1.1 unless `Connection: close`; HTTP/1.0 only when asked for. And never
+        when llhttp reads the connection as ending (`close` among other Connection options): it would
+        refuse the next request."""
+        if self.listener.no_keep_alive or not self._parser.should_keep_alive():
             return False
-        connection = headers.get("Connection")
-        connection = connection.lower() if connection is not None else None
+        options = headers.get_list("Connection")
+        connection = ",".join(options).lower() if options else None
         if start_line.version == "HTTP/1.1":
             return connection != "close"
         if (
@@ -445,6 +561,9 @@ class HttpConnection(asyncio.Protocol):
             return
         if self._exchanges and self._exchanges[0] is exchange:
             self._exchanges.popleft()
+        if self._rejection is not None and not self._exchanges:
+            self._answer_rejection()
+            return
         self.due = self.listener.idle_due()
         if self._exchanges and self._exchanges[0].head is not None:
             # A pipelined request: begin it from the connection's own context, not the handler's.
@@ -452,8 +571,11 @@ class HttpConnection(asyncio.Protocol):
         self._resume_reading()
 
     def _begin_next(self) -> None:
-        if not self.closed and self._exchanges and self._exchanges[0].head is not None:
-            self._exchanges[0].begin()
+        if self.closed or self._write_paused or not self._exchanges:  # (resume_writing calls again)
+            return
+        current = self._exchanges[0]
+        if current.head is not None and not current.begun:
+            current.begin()
 
     def answer_bad_request(self) -> None:
         """Tornado's answer to a malformed request: a bare 400, then close."""
@@ -462,17 +584,56 @@ class HttpConnection(asyncio.Protocol):
             self.transport_write(BAD_REQUEST)
         self.close()
 
-    def _close_when_answered(self) -> None:
-        if self._exchanges:
-            self._exchanges[-1].disconnect_on_finish = True
-        else:
-            self.close()
+    def reject(self, answer: bytes) -> None:
+        """The request being parsed is refused (malformed, or framed in a way not served): nothing more
+        is read; `answer` (b"": none) goes out once the requests ahead of it are answered, then the
+        connection closes. One whose handler has it already (its body was malformed) is answered so at
+        once, as Tornado does."""
+        if self.closed:
+            return
+        self._rejection = answer
+        self._pause_reading()
+        refused_exchange, self._parsing = self._parsing, None
+        if refused_exchange is not None and refused_exchange.begun:  # the current one: answered now
+            self._answer_rejection()
+            return
+        if refused_exchange is not None and self._exchanges and self._exchanges[-1] is refused_exchange:
+            self._exchanges.pop()
+        if not self._exchanges:
+            self._answer_rejection()
+
+    def _answer_rejection(self) -> None:
+        current = self._exchanges[0] if self._exchanges else None
+        if self._rejection and (current is None or not current.wrote_headers):
+            self.transport_write(self._rejection)
+        self.close()
 
     def close(self) -> None:
-        """Close after what was written is sent (the transport flushes it first)."""
+        """Close after what was written is sent (the transport flushes it first; `sweep` aborts a
+        connection whose client takes none of it)."""
         if self.transport is not None and not self.transport.is_closing():
             self.transport.close()
         self.closed = True
+        self.due = None
+
+    def sweep(self, now: float) -> None:
+        """The listener's periodic check: past its deadline (`due`) the connection is closed; one whose
+        write buffer has not shrunk (nor drained below its low-water mark) for limits.idle_timeout_s is
+        aborted: its client takes nothing, and a close would wait for the buffer to flush forever."""
+        if self.due is not None and self.due <= now:
+            self.expire()
+        transport = self.transport
+        if transport is None or self.closed_for_good():
+            return
+        unsent = transport.get_write_buffer_size()
+        if not unsent:
+            self._stall_due = None
+        elif self._stall_due is None or unsent < self._unsent:
+            self._unsent, self._stall_due = unsent, now + self.listener.idle_timeout_s
+        elif self._stall_due <= now:
+            log.info("aborting the HTTP connection of %s: it took none of %d bytes", self.context, unsent)
+            self.closed = True
+            transport.abort()
 
     def expire(self) -> None:
         """Past its deadline (see `due`): closed, as Tornado's own timeouts do."""
@@ -506,6 +667,38 @@ class HttpConnection(asyncio.Protocol):
             self.transport.pause_reading()
 
     def _resume_reading(self) -> None:
-        if self._reading_paused and self.transport is not None and not self.closed:
+        """Read on, unless answers wait unsent, a pipelined request waits its turn, or one was refused."""
+        if (
+            self._reading_paused
+            and not self._write_paused
+            and len(self._exchanges) <= 1
+            and self._rejection is None
+            and self.transport is not None
+            and not self.closed
+        ):
             self._reading_paused = False
-            self.transport.resume_reading()
+            # The loop's reader callback keeps the context it is registered in: the connection's own,
+            # not that of the handler whose answer resumed reading (its request id, its variables).
+            contextvars.Context().run(self.transport.resume_reading)
+            if self._unparsed:  # (what arrives meanwhile queues behind it)
+                asyncio.get_running_loop().call_soon(self._read_on, context=contextvars.Context())
+
+
+def refused(version: str, headers: httputil.HTTPHeaders) -> bytes | None:
+    """The answer to a request whose framing or expectation is not served; None: it is served.
+
+    llhttp already refuses Content-Length twice, with Transfer-Encoding, or not a number, and
+    Transfer-Encoding twice or with `chunked` before another coding."""
+    if version != "HTTP/1.1" and version != "HTTP/1.0":  # llhttp takes HTTP/0.9 and HTTP/2.0 too
+        return VERSION_NOT_SUPPORTED
+    framing = headers.get_list("Transfer-Encoding")  # (get_list: no KeyError raised when it is missing)
+    if framing:
+        codings = [coding.strip() for coding in ",".join(framing).lower().split(",")]
+        if version == "HTTP/1.0" or codings[-1] != "chunked" or "chunked" in codings[:-1]:
+            return BAD_REQUEST  # RFC 9112 6.1, 6.3: chunked must come last, once, and not in HTTP/1.0
+        if len(codings) > 1:
+            return NOT_IMPLEMENTED  # RFC 9112 6.1: a coding not understood (gzip, ...)
+    expect = headers.get_list("Expect")
+    if expect and ",".join(expect).lower() != "100-continue":
+        return EXPECTATION_FAILED
+    return None

@@ -1,14 +1,17 @@
 """The HTTP listener of a port: accepts connections (http/connection.py) under server.yml's limits.
 
-- `limits.header_bytes`: a request head over it is not answered: the connection is closed (as Tornado
-  does; the client sees it closed without a response).
-- `limits.idle_timeout_s`: how long a connection may wait for (the head of) its next request.
+- `limits.header_bytes`: a request head (with its chunked trailers) over it is not answered: the
+  connection is closed once the requests ahead of it are answered (as Tornado does; the client sees it
+  closed without a response).
+- `limits.idle_timeout_s`: how long a connection may wait for (the head of) its next request; also how
+  long its client may take none of the answers written to it before the connection is aborted.
+- `limits.write_buffer_bytes`: answers unsent past it stop the connection's reading until they drain.
 - `limits.body_timeout_s`: how long a request's body may take to arrive; then the connection is closed.
 - `max_connections`: connections beyond it are answered 503 and closed at once.
 - the body size limit is enforced by the handlers (413 with the route's error body, http/base.py).
 
-The two timeouts are enforced by one sweep over the connections' deadlines, a few times per timeout,
-rather than by timers per request.
+The timeouts are enforced by one sweep over the connections (their deadlines, their write buffers), a
+few times per timeout, rather than by timers per request.
 """
 
 from __future__ import annotations
@@ -35,7 +38,8 @@ CLOSE_WAIT_S = 1.0  # how long closing every connection waits for them to be gon
 class HttpListener:
     """Serves the `direct` routes and `app` (a Tornado Application) on the sockets given to `listen`; holds
     at most `max_connections` connections (0: no cap); closes a connection idle for `idle_timeout_s` or
-    still receiving a request body after `body_timeout_s`."""
+    still receiving a request body after `body_timeout_s`; aborts one whose client takes nothing of its
+    answers for `idle_timeout_s`."""
 
     def __init__(
         self,
@@ -52,6 +56,7 @@ class HttpListener:
         self.header_bytes = limits.header_bytes
         self.idle_timeout_s = limits.idle_timeout_s
         self.body_timeout_s = limits.body_timeout_s
+        self.write_buffer_bytes = limits.write_buffer_bytes
         self.max_connections = settings.max_connections
         self.no_keep_alive = False  # set by the drain: every answer from then on closes its connection
         self.connections: set[HttpConnection] = set()
@@ -108,9 +113,7 @@ class HttpListener:
             await asyncio.sleep(period_s)
             now = time.monotonic()
             for connection in list(self.connections):
-                due = connection.due
-                if due is not None and due <= now:
-                    connection.expire()
+                connection.sweep(now)
 
     def _warn_refused(self) -> None:
         self.refused += 1
