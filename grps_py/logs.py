@@ -12,7 +12,7 @@ flushed to the OS in batches: at most every `ACCESS_FLUSH_S` (the server calls `
 at once for warnings and errors, and at shutdown, instead of a write system call per request.
 
 The access log's own lines skip the logging machinery (a LogRecord, filters, a lock and a formatter
-call per handler cost more than the rest of a small request's own bookkeeping): `write_access_line`
+call per handler, for every request): `write_access_line`
 formats each line once, as the handlers' formatter would, and queues it on our handlers, which write
 the queue before any other record and at each flush. A handler attached by anyone else still gets
 a LogRecord per line.
@@ -82,7 +82,7 @@ def _exception_text(formatter: logging.Formatter, record: logging.LogRecord) -> 
 
 class _Clock:
     """A record's local time as text, its date and seconds formatted once per second (strftime and the
-    time zone lookup are most of what formatting a short line costs)."""
+    time zone lookup, not once per line)."""
 
     def __init__(self, fmt: str) -> None:
         self._fmt = fmt

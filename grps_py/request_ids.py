@@ -1,7 +1,7 @@
 """Request ids: a random per-process prefix and a counter.
 
 Unique within a process and across restarts (the prefix), ordered, and free of a system call per
-request (uuid4 reads the OS random source each time, which costs tens of microseconds on small VMs).
+request (uuid4 reads the OS random source each time).
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
-"""The one table: each core error class -> (HTTP status, gRPC status code).
+"""Each core error class -> (HTTP status, gRPC status code), for the transports' error boundaries.
 
-Retry meaning is kept: not ready and overloaded -> 503/UNAVAILABLE (retry later, as OIP and load
-balancers expect); bad input -> 400/INVALID_ARGUMENT (do not retry); a missing or wrong token ->
-401/UNAUTHENTICATED, a caller refused whatever its token -> 403/PERMISSION_DENIED (do not retry as sent);
-anything unexpected -> 500/INTERNAL.
+The table itself, with the meaning of each row, is `grps_py.core.errors.ERROR_TABLE` (the core imports
+no grpc); this module gives its gRPC codes as grpc's enum, and the message a client may read.
 """
 
 from __future__ import annotations
@@ -22,20 +20,9 @@ class WireStatus:
     grpc: grpc.StatusCode
 
 
+# `errors.ERROR_TABLE` with grpc's status codes, in the same order.
 ERROR_TABLE: dict[type[errors.GrpsError], WireStatus] = {
-    errors.GrpsError: WireStatus(500, grpc.StatusCode.INTERNAL),
-    errors.InvalidInput: WireStatus(400, grpc.StatusCode.INVALID_ARGUMENT),
-    errors.PayloadTooLarge: WireStatus(413, grpc.StatusCode.RESOURCE_EXHAUSTED),
-    errors.Unauthenticated: WireStatus(401, grpc.StatusCode.UNAUTHENTICATED),
-    errors.PermissionDenied: WireStatus(403, grpc.StatusCode.PERMISSION_DENIED),
-    errors.ModelNotFound: WireStatus(404, grpc.StatusCode.NOT_FOUND),
-    errors.ModelNotReady: WireStatus(503, grpc.StatusCode.UNAVAILABLE),
-    errors.Overloaded: WireStatus(503, grpc.StatusCode.UNAVAILABLE),
-    errors.DeadlineExceeded: WireStatus(504, grpc.StatusCode.DEADLINE_EXCEEDED),
-    errors.Cancelled: WireStatus(499, grpc.StatusCode.CANCELLED),
-    errors.Unsupported: WireStatus(501, grpc.StatusCode.UNIMPLEMENTED),
-    errors.ModelError: WireStatus(500, grpc.StatusCode.INTERNAL),
-    errors.InternalError: WireStatus(500, grpc.StatusCode.INTERNAL),
+    cls: WireStatus(row.http, grpc.StatusCode[row.grpc]) for cls, row in errors.ERROR_TABLE.items()
 }
 INTERNAL = ERROR_TABLE[errors.InternalError]
 INTERNAL_MESSAGE = "internal server error"
@@ -46,10 +33,14 @@ MAX_PUBLIC_MESSAGE_CHARS = 2000
 
 
 def wire_status(exc: BaseException) -> WireStatus:
-    """The status for an exception; unknown exceptions are internal errors."""
+    """The status for an exception; unknown exceptions are internal errors. An error only HTTP raises
+    (`http/policy.py`: a method a route does not take, a body that does not arrive) refines its class's row
+    with an HTTP status of its own (`http_status`); the row's gRPC code and metrics reason stay."""
     for cls in type(exc).__mro__:
-        if cls in ERROR_TABLE:
-            return ERROR_TABLE[cls]
+        wire = ERROR_TABLE.get(cls)
+        if wire is not None:
+            http_status = getattr(exc, "http_status", 0)
+            return WireStatus(http_status, wire.grpc) if http_status else wire
     return INTERNAL
 
 

@@ -27,8 +27,8 @@ import orjson
 import pytest
 
 import grps_py
+from grps_py.app_metrics import app_monitor
 from grps_py.core import model
-from grps_py.monitor import app_monitor
 from grps_py.protos import grps_pb2, grps_pb2_grpc
 from support import GRPC_CATEGORY, HTTP_CATEGORY, PROJECTS, ServerThread, start_project
 

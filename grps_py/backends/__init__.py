@@ -1,7 +1,7 @@
 """Built-in inference backends: `torch` (TorchScript) and `onnx` (ONNX Runtime).
 
 Each backend module imports its framework at module level, so it is imported only when a
-configured model needs it (see `grps_py.core.model.BUILTIN_INFERERS`). This package itself and
+configured model needs it (see `grps_py.core.backend_registry`). This package itself and
 `devices` stay framework-free.
 """
 

@@ -35,10 +35,6 @@ BFLOAT16 = np.dtype(ml_dtypes.bfloat16)
 _NON_TENSOR_KINDS = frozenset("OUSV")
 
 
-def cuda_available() -> bool:
-    return torch.cuda.is_available()
-
-
 def device_count() -> int:
     """CUDA devices torch can use (0 on a CPU-only build or host)."""
     return torch.cuda.device_count() if torch.cuda.is_available() else 0

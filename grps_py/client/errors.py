@@ -1,7 +1,8 @@
 """The client's exception, and the status <-> code names it carries.
 
-HTTP statuses and gRPC codes are related through the server's own error table (`grps_py.status`), so
-the same failure reads the same over both protocols: a 404 over HTTP and NOT_FOUND over gRPC both
+HTTP statuses and gRPC codes are related through the server's own error table
+(`grps_py.core.errors.ERROR_TABLE`: the first row with a status or code gives its meaning), so the
+same failure reads the same over both protocols: a 404 over HTTP and NOT_FOUND over gRPC both
 give `status=404, code="NOT_FOUND"`.
 
 Two subclasses are failures with no answer from the server, so their text names no status:
@@ -17,7 +18,7 @@ import socket
 
 import grpc
 
-from grps_py.status import ERROR_TABLE
+from grps_py.core.errors import ERROR_TABLE
 
 __all__ = [
     "REFUSED",
@@ -31,7 +32,7 @@ __all__ = [
     "unavailable",
 ]
 
-# Statuses and codes the server's table does not use but a proxy or another grps server may send.
+# Statuses and codes a proxy or another grps server may send, for those the table has no row for.
 _EXTRA_CODES = {
     401: "UNAUTHENTICATED",
     403: "PERMISSION_DENIED",
@@ -53,9 +54,9 @@ _EXTRA_STATUSES = {
 }
 _CODE_BY_STATUS: dict[int, str] = {}
 _STATUS_BY_CODE: dict[str, int] = {}
-for _wire in ERROR_TABLE.values():  # the first row wins: 500 is INTERNAL, INTERNAL is 500
-    _CODE_BY_STATUS.setdefault(_wire.http, _wire.grpc.name)
-    _STATUS_BY_CODE.setdefault(_wire.grpc.name, _wire.http)
+for _row in ERROR_TABLE.values():  # the first row wins: 500 is INTERNAL, INTERNAL is 500
+    _CODE_BY_STATUS.setdefault(_row.http, _row.grpc)
+    _STATUS_BY_CODE.setdefault(_row.grpc, _row.http)
 
 
 def code_for_status(http_status: int) -> str:

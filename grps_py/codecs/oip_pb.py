@@ -3,8 +3,8 @@
 Pure conversion, no server state. Raw tensor contents (what tritonclient sends and the only form it
 reads back) are read as a `numpy.frombuffer` view of the message's bytes, with no per-element work;
 every answer is written raw. Typed `contents` (what KServe's client sends) are accepted too: FP32 and
-FP64 are cut out of the serialized packed field in one piece (a memcpy in upb, about 60x faster than
-one Python float per value), the integer fields go element by element.
+FP64 are cut out of the serialized packed field in one piece (a memcpy in upb, not one Python float
+per value), the integer fields go element by element.
 
 Raw contents use the HTTP binary extension's layout, so their reading and writing is shared with
 `oip_binary` (the same checks and messages on both transports). Every client mistake is an

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from grps_py.core import backend_registry
 from grps_py.core.dag import Dag
 from grps_py.core.datatypes import BYTES, datatype_of
 from grps_py.core.errors import ModelNotFound
@@ -24,8 +25,6 @@ from grps_py.core.untrusted import shown
 
 log = logging.getLogger("grps_py.catalog")
 
-PLATFORMS = {"onnx": "onnxruntime_onnx", "torch": "pytorch_libtorch", "customized": "python"}
-BACKENDS = {"onnx": "onnxruntime", "torch": "pytorch", "customized": "python"}
 ENSEMBLE = "ensemble"
 DAG_VERSION = "1"
 _VERSION_PART = re.compile(r"(\d+)")
@@ -140,14 +139,15 @@ class Catalog:
 
     def _node_entry(self, node: ModelNode) -> ModelEntry:
         s = node.settings
+        spec = backend_registry.backend(s.inferer_type)
         inputs, outputs = node_signature(node)
         batched = node.max_batch_size > 0  # the grps metadata's story too (executor._describe_batching)
         return ModelEntry(
             name=s.name,
             version=s.version,
             key=s.key,
-            platform=PLATFORMS[s.inferer_type],
-            backend=BACKENDS[s.inferer_type],
+            platform=spec.platform,
+            backend=spec.backend,
             inputs=inputs,
             outputs=outputs,
             declared_inputs=bool(s.inputs),

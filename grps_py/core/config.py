@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from grps_py.core import backend_registry
+from grps_py.core.backend_registry import CONVERTER_TYPES, CUSTOMIZED, INFERER_TYPES
 from grps_py.core.datatypes import DATATYPE_NAMES
 from grps_py.core.protection import (
     LIMITS_KEYS,
@@ -136,13 +138,13 @@ class WarmupSettings:
 class ModelSettings:
     name: str
     version: str
-    inferer_type: str  # torch | onnx | customized
+    inferer_type: str  # backend_registry.INFERER_TYPES
     device: str = "auto"  # cpu | cuda | cuda:N | gpu | gpu:N | original | auto
     inp_device: str | None = None  # with device `original`: where inputs go
     inferer_name: str | None = None
     inferer_path: Path | None = None
     inferer_args: dict[str, Any] = field(default_factory=dict)
-    converter_type: str | None = None  # none | numpy | torch | customized; None: the inferer's default
+    converter_type: str | None = None  # backend_registry.CONVERTER_TYPES; None: the inferer's default
     converter_name: str | None = None
     converter_path: Path | None = None
     converter_args: dict[str, Any] = field(default_factory=dict)
@@ -242,9 +244,6 @@ _HTTP_METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
 # URL spaces of the built-in APIs: a custom route there would shadow or be shadowed by one of ours.
 RESERVED_PATH_PREFIXES = ("/grps/v1/", "/v2/")
 _MEM_MANAGERS = ("torch", "tensorflow", "none")
-_INFERER_TYPES = ("torch", "onnx", "customized")
-_UNSUPPORTED_INFERERS = ("tensorrt", "tensorflow")
-_CONVERTER_TYPES = ("none", "numpy", "torch", "customized")
 _BATCHING_TYPES = ("none", "dynamic")
 _DAG_TYPES = ("sequential", "graph")
 _NODE_TYPES = ("model",)
@@ -436,14 +435,17 @@ def _parse_model(fields: Fields, index: int, project_dir: Path) -> ModelSettings
     version = _parse_version(fields)
     device, inp_device = _parse_device(fields)
     inferer_type = _parse_inferer_type(fields)
+    user_inferer = backend_registry.backend(inferer_type).user_code
     inferer_name = fields.opt_text("inferer_name")
-    if inferer_type == "customized" and inferer_name is None:
-        fields.missing("inferer_name", "the registered inferer name when inferer_type is 'customized'")
-    needs_path = None if inferer_type == "customized" else f"to the {inferer_type} model file"
-    converter_type = fields.opt_text("converter_type", _CONVERTER_TYPES)
+    if user_inferer and inferer_name is None:
+        fields.missing("inferer_name", f"the registered inferer name when inferer_type is '{inferer_type}'")
+    needs_path = None if user_inferer else f"to the {inferer_type} model file"
+    converter_type = fields.opt_text("converter_type", CONVERTER_TYPES)
     converter_name = fields.opt_text("converter_name")
-    if converter_type == "customized" and converter_name is None:
-        fields.missing("converter_name", "the registered converter name when converter_type is 'customized'")
+    if converter_type == CUSTOMIZED and converter_name is None:
+        fields.missing(
+            "converter_name", f"the registered converter name when converter_type is '{CUSTOMIZED}'"
+        )
     return ModelSettings(
         name=name,
         version=version,
@@ -467,7 +469,7 @@ def _parse_model(fields: Fields, index: int, project_dir: Path) -> ModelSettings
 
 def _parse_scheduling(fields: Fields, project_dir: Path) -> dict[str, Any]:
     """Instances, timeouts, priorities and warmup (Triton's instance_group, queue policy, warmup)."""
-    defaults = ModelSettings(name="", version="", inferer_type="customized")
+    defaults = ModelSettings(name="", version="", inferer_type=CUSTOMIZED)
     levels = fields.integer("priority_levels", defaults.priority_levels, 1)
     default_level = fields.integer("default_priority_level", defaults.default_priority_level, 1)
     if default_level > levels:
@@ -535,10 +537,10 @@ def _parse_device(fields: Fields) -> tuple[str, str | None]:
 
 def _parse_inferer_type(fields: Fields) -> str:
     value = fields.get("inferer_type")
-    if isinstance(value, str) and value.lower() in _UNSUPPORTED_INFERERS:
-        supported = one_of(_INFERER_TYPES)
-        fields.fail("inferer_type", value, f"{supported} ({value} is not supported by grps-py)")
-    return fields.req_text("inferer_type", _INFERER_TYPES)
+    refused = backend_registry.refused(value)
+    if refused is not None:
+        fields.fail("inferer_type", value, f"{one_of(INFERER_TYPES)} ({value} {refused.refusal})")
+    return fields.req_text("inferer_type", INFERER_TYPES)
 
 
 def _parse_batching(fields: Fields) -> BatchingSettings:

@@ -100,7 +100,7 @@ class OipDataplane:
     def _prepare(
         self, name: str, version: str, request: OipRequest, ctx: GrpsContext
     ) -> tuple[ModelEntry, InferRequest]:
-        entry = self.executor.catalog.entry(name, version)  # not the property: a call less per request
+        entry = self.executor.catalog.entry(name, version)  # not the property: runs per request
         if request.outputs:
             known = {spec.name for spec in entry.outputs}
             for wanted in request.outputs:

@@ -60,13 +60,3 @@ def datatype_of(dtype: np.dtype[Any]) -> str | None:
 def itemsize(datatype: str) -> int | None:
     """Bytes per element; None for BYTES, whose elements vary in length."""
     return None if datatype == BYTES else numpy_dtype(datatype).itemsize
-
-
-def as_bytes_elements(array: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
-    """A BYTES tensor as an object array of `bytes` (str elements are UTF-8 encoded)."""
-    if array.dtype == np.dtype(object) and all(isinstance(v, bytes) for v in array.flat):
-        return array
-    out = np.empty(array.shape, dtype=object)
-    for index, value in np.ndenumerate(array):
-        out[index] = value if isinstance(value, bytes) else str(value).encode()
-    return out

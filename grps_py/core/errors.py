@@ -8,6 +8,8 @@ escaped and cut, so it can neither break a log line nor outgrow a gRPC status.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 
 class GrpsError(Exception):
     """Base of every error the server answers with. `public_message` is safe for clients."""
@@ -43,7 +45,13 @@ class PermissionDenied(InvalidInput):
     default_message = "permission denied"
 
 
-class ModelNotFound(GrpsError):
+class NotFound(GrpsError):
+    """The request names something that does not exist here."""
+
+    default_message = "not found"
+
+
+class ModelNotFound(NotFound):
     """The request names a model that is not served."""
 
     default_message = "model not found"
@@ -85,6 +93,12 @@ class ModelError(GrpsError):
     default_message = "model failed"
 
 
+class RouteNotFound(NotFound):
+    """No route of the server answers the request's path."""
+
+    default_message = "no such route"
+
+
 class InternalError(GrpsError):
     """Anything else: a bug in the server. The log has the detail."""
 
@@ -105,7 +119,9 @@ ALL_ERRORS: tuple[type[GrpsError], ...] = (
     PayloadTooLarge,
     Unauthenticated,
     PermissionDenied,
+    NotFound,
     ModelNotFound,
+    RouteNotFound,
     ModelNotReady,
     Overloaded,
     DeadlineExceeded,
@@ -114,3 +130,63 @@ ALL_ERRORS: tuple[type[GrpsError], ...] = (
     ModelError,
     InternalError,
 )
+
+# Why a request failed, as the metrics label it (`grps_requests_failed_total{reason}`).
+INVALID, NOT_FOUND, REJECTED, TIMEOUT, CANCELLED, MODEL_ERROR, INTERNAL = (
+    "invalid",
+    "not_found",
+    "rejected",
+    "timeout",
+    "cancelled",
+    "model_error",
+    "internal",
+)
+REASONS = (INVALID, NOT_FOUND, REJECTED, TIMEOUT, CANCELLED, MODEL_ERROR, INTERNAL)
+
+
+@dataclass(frozen=True)
+class ErrorRow:
+    """What an error means on the wire and in the metrics."""
+
+    http: int  # the HTTP status
+    grpc: str  # the name of the gRPC status code (`grps_py.status` turns it into grpc's enum)
+    reason: str  # the failure reason the metrics count it under: one of REASONS
+
+
+# The one table: each error class -> (HTTP status, gRPC code, failure reason). `grps_py.status` maps
+# exceptions with it, the telemetry takes reasons from it, the client its status <-> code pairs.
+#
+# Retry meaning is kept: not ready and overloaded -> 503/UNAVAILABLE (retry later, as OIP and load
+# balancers expect); bad input -> 400/INVALID_ARGUMENT (do not retry); a missing or wrong token ->
+# 401/UNAUTHENTICATED, a caller refused whatever its token -> 403/PERMISSION_DENIED (do not retry as
+# sent); anything unexpected -> 500/INTERNAL.
+#
+# Order matters where rows share an HTTP status or a gRPC code: the first row is what that status or
+# code means when nothing else is known (the reason of a bare 404, the status of a NOT_FOUND the client
+# receives). So the general rows come first, and a row that reuses a status or code comes after them.
+ERROR_TABLE: dict[type[GrpsError], ErrorRow] = {
+    GrpsError: ErrorRow(500, "INTERNAL", INTERNAL),
+    InvalidInput: ErrorRow(400, "INVALID_ARGUMENT", INVALID),
+    NotFound: ErrorRow(404, "NOT_FOUND", NOT_FOUND),
+    ModelNotReady: ErrorRow(503, "UNAVAILABLE", REJECTED),
+    DeadlineExceeded: ErrorRow(504, "DEADLINE_EXCEEDED", TIMEOUT),
+    Cancelled: ErrorRow(499, "CANCELLED", CANCELLED),
+    Unsupported: ErrorRow(501, "UNIMPLEMENTED", INTERNAL),
+    PayloadTooLarge: ErrorRow(413, "RESOURCE_EXHAUSTED", INVALID),
+    Unauthenticated: ErrorRow(401, "UNAUTHENTICATED", INVALID),
+    PermissionDenied: ErrorRow(403, "PERMISSION_DENIED", INVALID),
+    ModelNotFound: ErrorRow(404, "NOT_FOUND", NOT_FOUND),
+    RouteNotFound: ErrorRow(404, "NOT_FOUND", NOT_FOUND),
+    Overloaded: ErrorRow(503, "UNAVAILABLE", REJECTED),
+    ModelError: ErrorRow(500, "INTERNAL", MODEL_ERROR),
+    InternalError: ErrorRow(500, "INTERNAL", INTERNAL),
+}
+
+
+def error_row(exc: BaseException) -> ErrorRow:
+    """The row of an exception's nearest class in the table; anything else is an internal error."""
+    for cls in type(exc).__mro__:
+        row = ERROR_TABLE.get(cls)
+        if row is not None:
+            return row
+    return ERROR_TABLE[InternalError]

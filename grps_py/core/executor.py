@@ -6,7 +6,6 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
 from typing import Any
 
 import yaml
@@ -80,6 +79,32 @@ class StallWatch:
             self._timer = None
 
 
+class Admission:
+    """The requests being answered, counted for `drain`: `with admission:` around each. None is admitted
+    until the models are loaded (`open`). A class rather than a generator-based context manager: it runs
+    per request."""
+
+    __slots__ = ("idle", "in_flight", "open")
+
+    def __init__(self) -> None:
+        self.open = False
+        self.in_flight = 0
+        self.idle = asyncio.Event()  # set while nothing is in flight
+        self.idle.set()
+
+    def __enter__(self) -> None:
+        if not self.open:
+            raise ModelNotReady("models are still loading")
+        if self.in_flight == 0:
+            self.idle.clear()
+        self.in_flight += 1
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.in_flight -= 1
+        if self.in_flight == 0:
+            self.idle.set()
+
+
 class Executor:
     """Runs requests through the default DAG or one named model."""
 
@@ -95,7 +120,6 @@ class Executor:
         self.stats = ModelStats()
         # Request-level observers (metrics, the access log): the server adds them; transports report.
         self.telemetry = RequestFanOut()
-        self.metrics: Any = None  # the server's metrics engine (grps_py.metrics), for the monitor routes
         limit = ConcurrencyLimit(server.max_concurrency)
         observers: SchedulerObserver = FanOut([self.stats, observer]) if observer else self.stats
         security = server.security
@@ -106,11 +130,8 @@ class Executor:
         self.catalog = Catalog(self.nodes, self.dag)
         self._by_name = self._index_by_name()
         self._online = False
-        self._loaded = False
         self._draining = False
-        self._in_flight = 0
-        self._idle = asyncio.Event()
-        self._idle.set()
+        self._admission = Admission()
 
     def _index_by_name(self) -> dict[str, ModelNode]:
         """A plain model name selects its model when only one version is served."""
@@ -126,7 +147,7 @@ class Executor:
         report = on_progress or no_progress
         await asyncio.gather(*(self._load(node, report) for node in self.nodes.values()))
         await asyncio.gather(*(warm_up(node, report) for node in self.nodes.values() if node.settings.warmup))
-        self._loaded = True
+        self._admission.open = True
         if self.server_settings.start_online:
             self.online()
         log.info("loaded models %s; dag %r; online=%s", list(self.nodes), self.dag.name, self._online)
@@ -142,7 +163,7 @@ class Executor:
     async def drain(self, grace_s: float) -> bool:
         """Wait up to `grace_s` for in-flight requests to finish; True when none is left."""
         try:
-            await asyncio.wait_for(self._idle.wait(), timeout=grace_s)
+            await asyncio.wait_for(self._admission.idle.wait(), timeout=grace_s)
             return True
         except asyncio.TimeoutError:
             return False
@@ -176,22 +197,18 @@ class Executor:
         self._online = False
 
     @property
-    def is_online(self) -> bool:
-        return self._online
-
-    @property
     def is_loaded(self) -> bool:
-        return self._loaded
+        return self._admission.open
 
     def is_live(self) -> bool:
         return True
 
     def is_ready(self) -> bool:
-        return self._loaded and self._online
+        return self._admission.open and self._online
 
     @property
     def in_flight(self) -> int:
-        return self._in_flight
+        return self._admission.in_flight
 
     # -- inference -----------------------------------------------------------------------------
     def resolve(self, model: str) -> Dag | ModelNode:
@@ -213,38 +230,16 @@ class Executor:
             return ""
         return target.name if isinstance(target, Dag) else target.key
 
-    @asynccontextmanager
-    async def _admitted(self) -> AsyncIterator[None]:
-        if not self._loaded:
-            raise ModelNotReady("models are still loading")
-        self._in_flight += 1
-        self._idle.clear()
-        try:
-            yield
-        finally:
-            self._in_flight -= 1
-            if self._in_flight == 0:
-                self._idle.set()
-
     async def infer(self, request: InferRequest) -> InferResponse:
         target = self.resolve(request.model)
-        # _admitted() written out: the hot path, and a generator-based context manager costs a few calls
-        if not self._loaded:
-            raise ModelNotReady("models are still loading")
-        if self._in_flight == 0:  # the event is set only while nothing is in flight
-            self._idle.clear()
-        self._in_flight += 1
-        try:
-            payload = await target.run(request.payload, request.context)
-        except (DeadlineExceeded, asyncio.CancelledError):
-            # Answered at its deadline, or its client left, while its model may still be running: tell
-            # the model code, which may stop (if_disconnected()) and free its instance.
-            request.context.cancel()
-            raise
-        finally:
-            self._in_flight -= 1
-            if self._in_flight == 0:
-                self._idle.set()
+        with self._admission:
+            try:
+                payload = await target.run(request.payload, request.context)
+            except (DeadlineExceeded, asyncio.CancelledError):
+                # Answered at its deadline, or its client left, while its model may still be running: tell
+                # the model code, which may stop (if_disconnected()) and free its instance.
+                request.context.cancel()
+                raise
         return InferResponse(payload, model=request.model)
 
     async def infer_stream(self, request: InferRequest) -> AsyncIterator[InferResponse]:
@@ -260,7 +255,7 @@ class Executor:
         limits = self.server_settings.limits
         sink = StreamSink(loop, limits.stream_buffer_messages)
         ctx.attach_stream(sink)
-        async with self._admitted():
+        with self._admission:
             task = asyncio.ensure_future(self._produce(target, request, sink))
             ctx.on_cancel(task.cancel)
             stall_s = limits.stream_stall_timeout_s

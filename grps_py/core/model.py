@@ -5,13 +5,12 @@ User code subclasses `ModelInferer` / `Converter` and registers an instance:
     inferer_register.register("my_inferer", MyInferer())
 
 `infer`, `preprocess` and `postprocess` may also be `async def`. Built-in inferer and converter
-types are looked up by name and imported only when a configured model needs them, so the core
-never imports torch or onnxruntime itself.
+types are looked up in `backend_registry` and imported only when a configured model needs them, so
+the core never imports torch or onnxruntime itself.
 """
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Mapping, Sequence
 from typing import Any, Generic, TypeVar
 
@@ -235,22 +234,3 @@ class ConverterRegistry(Registry[Converter]):
 
 inferer_register = InfererRegistry("inferer")
 converter_register = ConverterRegistry("converter")
-
-# Built-in types, imported only when a configured model uses them.
-BUILTIN_INFERERS: dict[str, str] = {
-    "torch": "grps_py.backends.torch:TorchInferer",
-    "onnx": "grps_py.backends.onnxruntime:OnnxInferer",
-}
-BUILTIN_CONVERTERS: dict[str, str] = {
-    "none": "grps_py.core.model:NoneConverter",
-    "numpy": "grps_py.core.model:NumpyConverter",
-    "torch": "grps_py.backends.torch:TorchConverter",
-}
-# The converter a model gets when its config names none.
-DEFAULT_CONVERTER_FOR: dict[str, str] = {"torch": "torch", "onnx": "numpy", "customized": "none"}
-
-
-def load_builtin(ref: str) -> Any:
-    """Instantiate `module:Class`."""
-    module_name, _, class_name = ref.partition(":")
-    return getattr(importlib.import_module(module_name), class_name)()

@@ -10,21 +10,18 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from grps_py.core import backend_registry
 from grps_py.core.config import ModelSettings
 from grps_py.core.context import GrpsContext
 from grps_py.core.datatypes import BYTES, datatype_of
 from grps_py.core.errors import GrpsError, ModelError, ModelLoadError, ModelNotReady
 from grps_py.core.instance import ModelInstance
 from grps_py.core.model import (
-    BUILTIN_CONVERTERS,
-    BUILTIN_INFERERS,
-    DEFAULT_CONVERTER_FOR,
     Converter,
     ModelInferer,
     Registry,
     converter_register,
     inferer_register,
-    load_builtin,
     outputs_to_payload,
 )
 from grps_py.core.observer import SchedulerObserver
@@ -73,17 +70,18 @@ def _registered(registry: Registry[R], name: str | None, model_key: str) -> R:
 
 
 def _resolve_inferer(settings: ModelSettings) -> ModelInferer:
-    if settings.inferer_type == "customized":
+    loader = backend_registry.backend(settings.inferer_type).loader
+    if loader is None:
         return _registered(inferer_register, settings.inferer_name, settings.key)
-    instance: ModelInferer = load_builtin(BUILTIN_INFERERS[settings.inferer_type])
+    instance: ModelInferer = backend_registry.load(loader)
     return instance
 
 
 def _resolve_converter(settings: ModelSettings) -> Converter:
-    kind = settings.converter_type or DEFAULT_CONVERTER_FOR[settings.inferer_type]
-    if kind == "customized":
+    loader = backend_registry.converter(settings.inferer_type, settings.converter_type).loader
+    if loader is None:
         return _registered(converter_register, settings.converter_name, settings.key)
-    instance: Converter = load_builtin(BUILTIN_CONVERTERS[kind])
+    instance: Converter = backend_registry.load(loader)
     return instance
 
 
@@ -128,8 +126,7 @@ class ModelNode:
         ]
         self.scheduler = ModelScheduler(settings, self.instances, limit, observer)
         # The declared signature, ready for the per-request checks.
-        converter = settings.converter_type or DEFAULT_CONVERTER_FOR[settings.inferer_type]
-        tensors_only = converter in ("numpy", "torch")  # the built-in tensor converters take tensors only
+        tensors_only = backend_registry.converter(settings.inferer_type, settings.converter_type).tensors_only
         self._inputs = DeclaredInputs(settings.inputs, tensors_only) if settings.inputs else None
         self._outputs = {spec.name: spec for spec in settings.outputs}
         self._observer = observer
@@ -246,7 +243,7 @@ class ModelNode:
 
     # -- payload <-> what the converter speaks -------------------------------------------------
     def converter_input(self, payload: Payload) -> Any:
-        if self.instances[0].converter.speaks_messages:  # self.converter, without a property call per request
+        if self.instances[0].converter.speaks_messages:  # self.converter, inline: runs per request
             if payload.kind is PayloadKind.MESSAGE:
                 return payload.value
             return self._bridge.to_message(payload)

@@ -85,8 +85,8 @@ class ModelCounters:
 
 
 class _CountersByModel(dict[str, "ModelCounters"]):
-    """Each model's counters, made the first time the model is seen: a plain subscript, no Python call
-    once they exist (the schedulers report twice per request)."""
+    """Each model's counters, made the first time the model is seen; a plain subscript after that (the
+    schedulers report twice per request)."""
 
     def __missing__(self, model: str) -> ModelCounters:
         return self.setdefault(model, ModelCounters())  # atomic: a reader's thread may be first

@@ -20,7 +20,7 @@ _ID = re.compile(rf"[A-Za-z0-9._:-]{{1,{MAX_ID_CHARS}}}")
 _current: ContextVar[str] = ContextVar("grps_request_id", default="")
 
 
-# The context variable's own methods, not functions around them: a few calls less per request.
+# The context variable's own methods, not functions around them: they run per request.
 current: Callable[[], str] = _current.get
 """The id of the request being handled here, or "" outside any request."""
 enter: Callable[[str], Token[str]] = _current.set

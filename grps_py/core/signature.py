@@ -67,14 +67,6 @@ class TensorSpec:
         return True
 
 
-def array_datatype(array: np.ndarray[Any, Any]) -> str:
-    """The OIP datatype of an array (BYTES for strings and objects)."""
-    datatype = datatype_of(array.dtype)
-    if datatype is None:
-        raise InvalidInput(f"numpy dtype {array.dtype} has no OIP datatype")
-    return datatype
-
-
 def check_input(spec: TensorSpec, tensor: Tensor) -> None:
     """The tensor's datatype, rank and fixed dimensions must match its declaration."""
     array = tensor.array

@@ -10,23 +10,44 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from grps_py.core import errors
+from grps_py.core.errors import (
+    CANCELLED,
+    ERROR_TABLE,
+    INTERNAL,
+    INVALID,
+    MODEL_ERROR,
+    NOT_FOUND,
+    REASONS,
+    REJECTED,
+    TIMEOUT,
+    error_row,
+)
+
+__all__ = [
+    "CANCELLED",
+    "CUSTOM",
+    "GRPS_GRPC",
+    "GRPS_HTTP",
+    "INTERNAL",
+    "INVALID",
+    "MODEL_ERROR",
+    "NOT_FOUND",
+    "OIP_GRPC",
+    "OIP_HTTP",
+    "PROTOCOLS",
+    "REASONS",
+    "REJECTED",
+    "TIMEOUT",
+    "RequestFanOut",
+    "RequestObserver",
+    "RequestRecord",
+    "reason_of",
+]
 
 # Protocol labels of inference requests; other HTTP routes (health, metadata, metrics) are "http",
 # other gRPC methods "grpc".
 GRPS_HTTP, GRPS_GRPC, OIP_HTTP, OIP_GRPC, CUSTOM = "grps-http", "grps-grpc", "oip-http", "oip-grpc", "custom"
 PROTOCOLS = (GRPS_HTTP, GRPS_GRPC, OIP_HTTP, OIP_GRPC, CUSTOM)
-# Why a request failed, as the metrics label it.
-INVALID, NOT_FOUND, REJECTED, TIMEOUT, CANCELLED, MODEL_ERROR, INTERNAL = (
-    "invalid",
-    "not_found",
-    "rejected",
-    "timeout",
-    "cancelled",
-    "model_error",
-    "internal",
-)
-REASONS = (INVALID, NOT_FOUND, REJECTED, TIMEOUT, CANCELLED, MODEL_ERROR, INTERNAL)
 
 
 @dataclass
@@ -47,27 +68,18 @@ class RequestRecord:
 
 
 def reason_of(exc: BaseException | None, status: int) -> str | None:
-    """The failure reason of an answer: from its exception when there is one, else from its status."""
+    """The failure reason of an answer: from its exception when there is one, else from its status
+    (the reason of the status's first row in the error table; else invalid below 500, internal above)."""
     if exc is not None:
-        for cls, reason in _REASON_BY_ERROR:
-            if isinstance(exc, cls):
-                return reason
-        return INTERNAL
+        return error_row(exc).reason
     if status < 400:
         return None
     return _REASON_BY_STATUS.get(status, INVALID if status < 500 else INTERNAL)
 
 
-_REASON_BY_ERROR: tuple[tuple[type[BaseException], str], ...] = (
-    (errors.ModelNotFound, NOT_FOUND),
-    (errors.InvalidInput, INVALID),  # PayloadTooLarge is one
-    (errors.ModelNotReady, REJECTED),
-    (errors.Overloaded, REJECTED),
-    (errors.DeadlineExceeded, TIMEOUT),
-    (errors.Cancelled, CANCELLED),
-    (errors.ModelError, MODEL_ERROR),
-)
-_REASON_BY_STATUS = {404: NOT_FOUND, 499: CANCELLED, 503: REJECTED, 504: TIMEOUT}
+_REASON_BY_STATUS: dict[int, str] = {}
+for _row in ERROR_TABLE.values():
+    _REASON_BY_STATUS.setdefault(_row.http, _row.reason)
 
 
 class RequestObserver(Protocol):

@@ -91,7 +91,7 @@ class Tensor:
     @property
     def array(self) -> np.ndarray[Any, Any]:
         data = self.data
-        return data if type(data) is np.ndarray else to_numpy(data)  # the usual case without a call
+        return data if type(data) is np.ndarray else to_numpy(data)  # inline: runs per tensor
 
 
 # gmap's typed maps, keyed by the proto field names s_s, s_b, s_i32, s_i64, s_f, s_d.

@@ -1,20 +1,32 @@
 """A Prometheus counter family whose children count on plain attributes, for the per-request hot path.
 
-prometheus_client's Counter takes a lock and checks the metric on every `inc`, over four Python calls,
-and every request counts one answer. These children are only written on the event loop's thread, so
-`inc` is one addition; the family writes the same samples (`_total`, and `_created` unless
-prometheus_client's created series are disabled) when it is scraped.
+prometheus_client's Counter takes a lock and checks the metric on every `inc`, and every request
+counts one answer. These children are only written on the event loop's thread, so `inc` is one
+addition; the family writes the same samples as prometheus_client's Counter when it is scraped:
+`_total`, and `_created` while its counters write one (`PROMETHEUS_DISABLE_CREATED_SERIES`,
+`prometheus_client.disable_created_metrics()`).
 """
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Iterator, Sequence
 
-from prometheus_client import CollectorRegistry
-from prometheus_client import metrics as prometheus_metrics
+from prometheus_client import CollectorRegistry, Counter
 from prometheus_client.metrics_core import CounterMetricFamily, Metric
 from prometheus_client.registry import Collector
+
+
+@functools.cache
+def _probe() -> Counter:
+    return Counter("grps_py_created_probe", "", registry=None)  # registered nowhere, never scraped
+
+
+def created_series() -> bool:
+    """Whether prometheus_client's own counters write a `_created` sample now: read from what one of
+    them collects, so both of its switches (the environment variable, the functions) count."""
+    return any(sample.name.endswith("_created") for metric in _probe().collect() for sample in metric.samples)
 
 
 class FastCounter:
@@ -55,7 +67,7 @@ class CounterFamily(Collector):
 
     def collect(self) -> Iterator[Metric]:
         family = CounterMetricFamily(self.name, self.documentation, labels=self.labelnames)
-        created = prometheus_metrics._use_created  # as prometheus_client's own counters (an env setting)
+        created = created_series()
         for values, child in list(self._children.items()):
             family.add_metric(list(values), child.value, created=child.created if created else None)
         yield family

@@ -1,7 +1,7 @@
 """A Prometheus histogram family whose children count on plain lists, for the per-request hot path.
 
-prometheus_client's Histogram takes a lock and checks the metric twice per observation, over five
-Python calls; the server observes four histograms per request. These children are only written on the
+prometheus_client's Histogram takes a lock and checks the metric twice per observation, and the
+server observes four histograms per request. These children are only written on the
 event loop's thread, so `observe` is one bisect and two additions; the family turns the counts into the
 same samples (`_bucket` with `le`, `_count`, `_sum`) when it is scraped.
 """

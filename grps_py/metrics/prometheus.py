@@ -128,8 +128,8 @@ class ProtocolMetrics:
 
 
 class _ByProtocol(dict[str, ProtocolMetrics]):
-    """A model's children per protocol, made the first time a protocol is seen. A plain subscript: no
-    Python call once they exist."""
+    """A model's children per protocol, made the first time a protocol is seen; a plain subscript after
+    that (it runs per request)."""
 
     def __init__(self, families: Families, labels: tuple[str, str]) -> None:
         super().__init__()

@@ -16,6 +16,7 @@ from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Gauge, ProcessCollector, generate_latest
 
+from grps_py.app_metrics import AppMonitor, app_monitor
 from grps_py.core.telemetry import RequestRecord
 from grps_py.metrics.nvml import Nvml
 from grps_py.metrics.process import ProcessSampler, open_connections
@@ -35,14 +36,13 @@ from grps_py.metrics.series import (
     render,
 )
 from grps_py.metrics.user import UserMetricsCollector
-from grps_py.monitor import AppMonitor, app_monitor
 
 _MIB = 1 << 20
 
 
 class _ModelChildren(dict[str, ModelMetrics]):
     """The children of each known model key; any other key gets the ("unknown", "") children, made on
-    first use (no idle "unknown" series). A plain subscript: no Python call for a known key."""
+    first use (no idle "unknown" series). A plain subscript for a known key: it runs per request."""
 
     def __init__(self, families: Families, model_labels: Mapping[str, tuple[str, str]]) -> None:
         super().__init__((key, ModelMetrics(families, labels)) for key, labels in model_labels.items())

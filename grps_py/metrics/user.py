@@ -13,7 +13,7 @@ from typing import Any
 from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from grps_py.monitor import AppMonitor
+from grps_py.app_metrics import AppMonitor
 
 PREFIX = "grps_user_"
 _INVALID = re.compile(r"[^a-zA-Z0-9_]")

@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
 
+import prometheus_client
 import pytest
 from prometheus_client import CollectorRegistry, Counter, generate_latest
-from prometheus_client import metrics as prometheus_metrics
 
-from grps_py.metrics.fast_counter import CounterFamily
+from grps_py.metrics.fast_counter import CounterFamily, created_series
+
+ROOT = Path(__file__).resolve().parents[2]
+COUNTS = [(("a", "ok"), 1), (("a", "ok"), 2.5), (("b", "failed"), 1), (("c", "ok"), 0)]
 
 
 def exposition(registry: CollectorRegistry) -> list[str]:
@@ -17,17 +25,51 @@ def exposition(registry: CollectorRegistry) -> list[str]:
     return [re.sub(r"(_created\{.*\}) \S+$", r"\1 T", line) for line in text.splitlines()]
 
 
-@pytest.mark.parametrize("created", [True, False])
-def test_same_samples_as_prometheus_client(created: bool, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(prometheus_metrics, "_use_created", created)
+def theirs_and_ours() -> tuple[list[str], list[str]]:
     theirs, ours = CollectorRegistry(), CollectorRegistry()
     reference = Counter("x", "doc", ("model", "outcome"), registry=theirs)
     family = CounterFamily("x", "doc", ("model", "outcome"), ours)
-    for labels, amount in [(("a", "ok"), 1), (("a", "ok"), 2.5), (("b", "failed"), 1), (("c", "ok"), 0)]:
+    for labels, amount in COUNTS:
         reference.labels(*labels).inc(amount)
         family.labels(*labels).inc(amount)
-    assert exposition(ours) == exposition(theirs)
-    assert any("_created" in line for line in exposition(ours)) is created
+    return exposition(theirs), exposition(ours)
+
+
+@pytest.fixture
+def created_switch() -> Iterator[None]:
+    """Lets a test flip prometheus_client's process-wide switch; puts it back as it was."""
+    was = created_series()
+    yield
+    if was:
+        prometheus_client.enable_created_metrics()
+    else:
+        prometheus_client.disable_created_metrics()
+
+
+@pytest.mark.parametrize("created", [True, False])
+def test_same_samples_as_prometheus_client(created: bool, created_switch: None) -> None:
+    if created:
+        prometheus_client.enable_created_metrics()
+    else:
+        prometheus_client.disable_created_metrics()
+    theirs, ours = theirs_and_ours()
+    assert ours == theirs
+    assert any("_created" in line for line in ours) is created
+
+
+def test_the_environment_switch_turns_created_series_off_for_both() -> None:
+    """`PROMETHEUS_DISABLE_CREATED_SERIES` is read when prometheus_client is imported: a fresh process."""
+    code = (
+        "import sys; sys.path.insert(0, 'tests/metrics'); import test_fast_counter as t; "
+        "theirs, ours = t.theirs_and_ours(); "
+        "assert ours == theirs, (ours, theirs); "
+        "assert not any('_created' in line for line in ours), ours"
+    )
+    env = {**os.environ, "PROMETHEUS_DISABLE_CREATED_SERIES": "true"}
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 0, result.stderr
 
 
 def test_a_child_is_made_once_per_label_set_and_only_counts_up() -> None:

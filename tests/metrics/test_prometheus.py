@@ -13,10 +13,10 @@ import prometheus_client
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from grps_py.app_metrics import AppMonitor, app_monitor
 from grps_py.core import observer, telemetry
 from grps_py.core.telemetry import RequestRecord
 from grps_py.metrics import ServerMetrics
-from grps_py.monitor import AppMonitor, app_monitor
 
 LABELS = {"clf-1.0": ("clf", "1.0"), "clf-2.0": ("clf", "2.0"), "pipe": ("pipe", "1")}
 CLF = {"model": "clf", "version": "1.0"}

@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
+from grps_py.app_metrics import AppMonitor
 from grps_py.core import telemetry
 from grps_py.core.telemetry import RequestRecord
 from grps_py.metrics import WINDOWS, ServerMetrics
-from grps_py.monitor import AppMonitor
 
 LABELS = {"clf-1.0": ("clf", "1.0"), "clf-2.0": ("clf", "2.0"), "pipe": ("pipe", "1")}
 DAY = 1_699_920_000  # a UTC midnight

@@ -17,7 +17,7 @@ import numbers
 import threading
 from typing import Any
 
-log = logging.getLogger("grps_py.monitor")
+log = logging.getLogger("grps_py.monitor")  # the name log configuration and filters know it by
 
 # The percentiles a cdf metric reports (grps dumps 80, 90, 99, 99.9 and 99.99).
 PERCENTILES = (50.0, 80.0, 90.0, 99.0, 99.9, 99.99)

@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from grps_py.monitor import AppMonitor, app_monitor, percentiles
+from grps_py.app_metrics import AppMonitor, app_monitor, percentiles
 
 
 def test_each_kind_reports_its_aggregate() -> None:
