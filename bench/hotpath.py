@@ -32,6 +32,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 import compare  # noqa: E402
 
 from grps_py import event_loop  # noqa: E402
+from grps_py.access import AccessGuard  # noqa: E402
 from grps_py.core.instance_thread import InstanceThread  # noqa: E402
 from grps_py.grpc.boundary import handler  # noqa: E402
 from grps_py.grpc.grps_service import GrpsService  # noqa: E402
@@ -90,12 +91,13 @@ async def main(args: argparse.Namespace) -> None:
     InstanceThread.call = run_inline  # type: ignore[method-assign]
     server = GrpsServer.from_project(PROJECT, PROJECT / "conf/server.yml")
     await server.start()
+    guard, limits = AccessGuard(server.settings.security), server.settings.limits
     try:
         if args.api == "oip":
-            call = handler(OipService(server.executor), "ModelInfer")
+            call = handler(OipService(server.executor, guard, limits), "ModelInfer")
             _, body = compare.grpc_request(compare.CASES[2])  # OIP gRPC [1,16]
         else:
-            call = handler(GrpsService(server.executor), "Predict")
+            call = handler(GrpsService(server.executor, guard, limits), "Predict")
             _, body = compare.grpc_request(compare.CASES[6])  # grps gRPC [1,16]
         context = Context()
         for _ in range(args.plain or WARM_UP):

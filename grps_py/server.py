@@ -25,10 +25,9 @@ from grps_py.core.executor import Executor
 from grps_py.core.warmup import Progress
 from grps_py.gpu import apply_gpu_settings, gpu_gc_loop
 from grps_py.grpc.server import build_grpc_server
-from grps_py.http.app import build_app, build_direct_routes
+from grps_py.http.app import HttpRoutes
 from grps_py.http.listener import HttpListener
-from grps_py.http.monitor import build_metrics_app
-from grps_py.http.policy import POLICY_SETTING, http_policy
+from grps_py.http.metrics_routes import build_metrics_app
 from grps_py.http.tls import server_ssl_context
 from grps_py.logs import ACCESS_FLUSH_S, flush_access_log
 from grps_py.metrics import ServerMetrics
@@ -47,7 +46,6 @@ class GrpsServer:
         # transports' request records and streamed messages, and is sampled once a second.
         self.metrics = ServerMetrics(model_labels(inference))
         self.executor = Executor(server, inference, GrpsMessageBridge(), observer=self.metrics)
-        self.executor.metrics = self.metrics
         self.executor.telemetry.add(self.metrics)
         install_access_log(self.executor, server.log)  # nothing when log.access is false
         self._http: HttpListener | None = None
@@ -73,8 +71,8 @@ class GrpsServer:
         iface = self.settings.interface
         sys.setswitchinterval(self.settings.gil_switch_interval_us / 1e6)  # process-wide, see config
         tls = server_ssl_context(self.settings.tls, self.settings.source)  # None: plain HTTP
-        direct = build_direct_routes(self.executor, self.settings)
-        self._http = HttpListener(build_app(self.executor, self.settings), self.settings, tls, direct)
+        routes = HttpRoutes(self.executor, self.settings, self.metrics)
+        self._http = HttpListener(routes.app(), self.settings, tls, routes.direct())
         sockets = tornado.netutil.bind_sockets(iface.http_port, iface.host, family=_family(iface.host))
         await self._http.listen(sockets)
         self.http_port = sockets[0].getsockname()[1]
@@ -82,7 +80,8 @@ class GrpsServer:
             self._grpc, self.grpc_port = build_grpc_server(self.executor, self.settings)
             await self._grpc.start()
         if self.settings.metrics.port is not None:
-            self._metrics_http = HttpListener(_metrics_app(self.executor, self.settings), self.settings, tls)
+            metrics_app = build_metrics_app(self.executor, self.metrics, routes.policy)
+            self._metrics_http = HttpListener(metrics_app, self.settings, tls)
             sockets = tornado.netutil.bind_sockets(
                 self.settings.metrics.port, iface.host, family=_family(iface.host)
             )
@@ -250,13 +249,6 @@ async def _flush_access_log_every(period_s: float) -> None:
     while True:
         await asyncio.sleep(period_s)
         flush_access_log()
-
-
-def _metrics_app(executor: Executor, settings: ServerSettings) -> tornado.web.Application:
-    """The `metrics.port` application, under the same limits as the API port (its route is open)."""
-    app = build_metrics_app(executor)
-    app.settings[POLICY_SETTING] = http_policy(settings)
-    return app
 
 
 def _family(host: str) -> socket.AddressFamily:

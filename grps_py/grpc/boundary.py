@@ -7,8 +7,9 @@ The boundary also owns the wire bytes: RPCs are registered raw (`grpc/server.py`
 request and serializes each answer itself and knows their sizes without serializing twice. It names
 the request (`x-request-id` metadata, an OIP `id`, or a new id), returns that id in the trailing
 metadata, sets it for the request's log lines, and hands one `RequestRecord` per request to the
-executor's telemetry. On a bidirectional stream (ModelStreamInfer) each request on the stream gets
-its own record, made by the service with a `CallRecord`; the stream itself gets none.
+executor's telemetry, all through the request's `RequestLifecycle` (grps_py/lifecycle.py), as HTTP does.
+On a bidirectional stream (ModelStreamInfer) each request on the stream gets a lifecycle of its own
+(`open_call`, by the service); the stream itself gets no record.
 
 Access is checked here too, before the request is parsed: admin RPCs (Online/Offline) need the admin
 token or a loopback peer, inference RPCs an inference token when tokens are configured
@@ -20,7 +21,6 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
-import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
@@ -31,18 +31,15 @@ from google.protobuf.descriptor import ServiceDescriptor
 from google.protobuf.message import DecodeError
 
 from grps_py import status
-from grps_py.access_log import log_refused_id
+from grps_py.access import AccessGuard, grpc_peer_is_local
 from grps_py.codecs.pb_wire import WithRawField, split_field
-from grps_py.core import errors, request_scope, telemetry
-from grps_py.core.errors import GrpsError, InvalidInput, ModelError
+from grps_py.core import request_scope
+from grps_py.core.errors import InvalidInput
 from grps_py.core.executor import Executor
 from grps_py.core.untrusted import MAX_DECIMAL_DIGITS, decimal, shown
-from grps_py.http.auth import AccessGuard, grpc_peer_is_local
-from grps_py.logs import ACCESS_LOGGER
-from grps_py.request_ids import new_request_id
+from grps_py.lifecycle import ADMIN, INFERENCE, OPEN, RequestLifecycle, log_failure, needs_check
 
 log = logging.getLogger("grps_py.grpc")
-client_log = logging.getLogger(ACCESS_LOGGER)  # client mistakes: per request, silent with log.access off
 F = TypeVar("F", bound=Callable[..., Any])
 Handler = Callable[[Any, grpc.aio.ServicerContext], Any]  # (raw request or requests, context)
 BOUNDARY_MARK = "__grps_rpc_boundary__"
@@ -50,7 +47,6 @@ _BIND = "__grps_rpc_bind__"
 REQUEST_ID_KEY = "x-request-id"
 PRIORITY_KEY = "grps-priority"
 AUTHORIZATION_KEY = "authorization"
-CANCELLED_STATUS = status.ERROR_TABLE[errors.Cancelled].http
 
 
 class Service(Protocol):
@@ -79,8 +75,7 @@ class RpcInfo:
     name: str
     route: str  # "/package.Service/Method"
     request_class: Any
-    inference: bool
-    admin: bool
+    access: str  # lifecycle.OPEN, INFERENCE or ADMIN
     protocol: str
     client_streaming: bool
     raw_field: str = ""  # a repeated bytes field kept out of the parsed message (codecs/pb_wire.py)
@@ -103,12 +98,12 @@ def _rpc_info(service_class: type, name: str) -> RpcInfo:
     service: ServiceDescriptor = service_class.SERVICE  # type: ignore[attr-defined]
     method = service.methods_by_name[name]
     inference = name in service_class.INFERENCE_RPCS  # type: ignore[attr-defined]
+    admin = name in service_class.ADMIN_RPCS  # type: ignore[attr-defined]
     return RpcInfo(
         name=name,
         route=f"/{service.full_name}/{name}",
         request_class=message_factory.GetMessageClass(method.input_type),
-        inference=inference,
-        admin=name in service_class.ADMIN_RPCS,  # type: ignore[attr-defined]
+        access=INFERENCE if inference else ADMIN if admin else OPEN,
         protocol=service_class.PROTOCOL if inference else "grpc",  # type: ignore[attr-defined]
         client_streaming=method.client_streaming,
         raw_field=getattr(service_class, "RAW_BYTES_FIELDS", {}).get(name, ""),
@@ -119,42 +114,23 @@ def rpc_info(service: Service, name: str) -> RpcInfo:
     return _rpc_info(type(service), name)
 
 
-def metadata_request_id(context: grpc.aio.ServicerContext) -> tuple[str, str]:
-    """The request id the client chose in `x-request-id` metadata ("" when none, or when it may not
-    name the request), and the value it sent when it may not ("" otherwise: logged by the caller)."""
+def sent_request_id(context: grpc.aio.ServicerContext) -> str | None:
+    """The `x-request-id` metadata the client sent, if any (the lifecycle decides whether it may name
+    the request)."""
     for key, value in context.invocation_metadata() or ():
         if key == REQUEST_ID_KEY:
-            chosen = request_scope.client_request_id(value)
-            return chosen, "" if chosen or not value else str(value)
-    return "", ""
+            return str(value)
+    return None
 
 
-def log_failure(exc: BaseException, rpc: str) -> None:
-    """Client mistakes at info (in the access log), model failures at warning (the node logged the
-    traceback), bugs in full. The line carries the request id of the current scope."""
-    if isinstance(exc, ModelError):
-        log.warning("%s", exc.public_message)
-    elif isinstance(exc, GrpsError):
-        client_log.info("%s -> %s", rpc, exc.public_message)
-    else:
-        log.error("%s failed", rpc, exc_info=exc)
-
-
-def check_access(service: Service, info: RpcInfo, context: grpc.aio.ServicerContext) -> None:
+def check_access(service: Service, call: RequestLifecycle, context: grpc.aio.ServicerContext) -> None:
     """Raise Unauthenticated / PermissionDenied unless the caller may make this RPC (callers skip
-    this for open RPCs, so an open server pays nothing)."""
+    this when `call.needs_check`, so an open server pays nothing)."""
     authorization = None
     for key, value in context.invocation_metadata() or ():
         if key == AUTHORIZATION_KEY and isinstance(value, str):
             authorization = value
-    if info.admin:
-        service.guard.check_admin(authorization, grpc_peer_is_local(context.peer()))
-    else:
-        service.guard.check_inference(authorization)
-
-
-def needs_check(service: Service, info: RpcInfo) -> bool:
-    return info.admin or (info.inference and bool(service.guard.inference_tokens))
+    call.admit(service.guard, authorization, grpc_peer_is_local(context.peer()))
 
 
 def priority_of(context: grpc.aio.ServicerContext) -> int:
@@ -172,90 +148,29 @@ def priority_of(context: grpc.aio.ServicerContext) -> int:
     return 0
 
 
-class CallRecord:
-    """One request's RequestRecord in the making: an RPC, or one request on a bidirectional stream."""
-
-    def __init__(self, service: Service, info: RpcInfo, bytes_in: int, request_id: str, named: bool) -> None:
-        self._telemetry = service.executor.telemetry
-        self.info = info
-        self.request_id = request_id
-        self.named = named  # the client chose the id: an OIP `id` does not replace it
-        self.bytes_in = bytes_in
-        self.bytes_out = 0
-        self.model: str | None = None  # set once request_started was reported
-        self.status = 200
-        self.error: BaseException | None = None
-        self._started = time.time()
-        self._clock = time.perf_counter()
-        self._finished = False
-
-    def announce(self, context: grpc.aio.ServicerContext) -> None:
-        """The id for the request's log lines, and for the client in the trailing metadata."""
-        request_scope.enter(self.request_id)
-        context.set_trailing_metadata(((REQUEST_ID_KEY, self.request_id),))
-
-    def identify(self, service: Service, request: Any, context: grpc.aio.ServicerContext) -> None:
-        """An inference request: named by its OIP `id` unless the client named it, and now in flight."""
-        if not self.info.inference:
-            return
-        body_id = "" if self.named else service.client_request_id(request)
-        chosen = request_scope.client_request_id(body_id) if body_id else ""
-        if chosen:
-            self.request_id = chosen
-            self.announce(context)
-        elif body_id:
-            log_refused_id("the request's id", body_id, in_body=True)
-        self.start(service.model_key(request))
-
-    def start(self, model_key: str) -> None:
-        if self.info.inference and self.model is None:
-            self.model = model_key
-            self._telemetry.request_started(self.info.protocol, model_key)
-
-    def fail(self, exc: BaseException) -> None:
-        self.error = exc
-        self.status = status.wire_status(exc).http
-
-    def cancelled(self) -> None:
-        self.status = CANCELLED_STATUS
-
-    def finish(self) -> None:
-        if self._finished:
-            return
-        self._finished = True
-        if self.info.inference and self.model is None:
-            self.start("")  # failed before its model was known: still one start, one finish
-        error, status = self.error, self.status
-        reason = None if error is None and status < 400 else telemetry.reason_of(error, status)
-        self._telemetry.request_finished(
-            telemetry.RequestRecord(
-                request_id=self.request_id,
-                protocol=self.info.protocol,
-                route=self.info.route,
-                model=self.model or "",
-                inference=self.info.inference,
-                status=status,
-                reason=reason,
-                started=self._started,
-                duration_s=time.perf_counter() - self._clock,
-                bytes_in=self.bytes_in,
-                bytes_out=self.bytes_out,
-            )
-        )
+async def abort(context: grpc.aio.ServicerContext, call: RequestLifecycle, exc: BaseException) -> None:
+    """The error boundary: log why, then end the RPC with the status of the one error table."""
+    call.fail(exc)
+    log_failure(log, call.route.rpartition("/")[2], exc)
+    await context.abort(status.wire_status(exc).grpc, call.public_error(exc))
 
 
-async def _abort(context: grpc.aio.ServicerContext, exc: BaseException, rid: str, rpc: str) -> None:
-    log_failure(exc, rpc)
-    code = status.wire_status(exc).grpc
-    await context.abort(code, f"{status.public_message(exc)} [request_id={rid}]")
+def announce(call: RequestLifecycle, context: grpc.aio.ServicerContext) -> None:
+    """The id for the request's log lines, and for the client in the trailing metadata."""
+    request_scope.enter(call.request_id)
+    context.set_trailing_metadata(((REQUEST_ID_KEY, call.request_id),))
 
 
-def _open(service: Service, info: RpcInfo, raw: bytes, context: grpc.aio.ServicerContext) -> CallRecord:
-    rid, refused = metadata_request_id(context)
-    call = CallRecord(service, info, len(raw), rid or new_request_id(), named=bool(rid))
-    call.announce(context)
-    if refused:
-        log_refused_id(f"{REQUEST_ID_KEY} metadata", refused)
+def open_call(
+    service: Service, info: RpcInfo, context: grpc.aio.ServicerContext, sent_id: str | None = None
+) -> RequestLifecycle:
+    """A request's lifecycle: named by its `x-request-id` metadata (or `sent_id`, a stream's id for one
+    of its requests), announced, a refused id logged."""
+    if sent_id is None:
+        sent_id = sent_request_id(context)
+    call = RequestLifecycle(service.executor.telemetry, info.protocol, info.route, info.access, sent_id)
+    announce(call, context)
+    call.log_refused_id(f"{REQUEST_ID_KEY} metadata")
     return call
 
 
@@ -309,36 +224,40 @@ def _admit(
     service: Service,
     info: RpcInfo,
     checked: bool,
-    call: CallRecord,
+    call: RequestLifecycle,
     raw: Any,
     context: grpc.aio.ServicerContext,
 ) -> Any:
-    """The call's request, parsed, once the caller may make it (`checked`: the RPC needs a token)."""
+    """The call's request, parsed, once the caller may make it (`checked`: the RPC needs a token); an
+    inference request is then named by its OIP `id` (unless the client named it) and started."""
     if checked:
-        check_access(service, info, context)
+        check_access(service, call, context)
     request = info.parse(raw)
-    call.identify(service, request, context)
+    if info.access == INFERENCE:
+        if call.adopt(service.client_request_id(request)):
+            announce(call, context)
+        call.start(service.model_key(request))
     return request
 
 
 def _unary_rpc(method: Callable[..., Any], rpc: str) -> Callable[[Service], Handler]:
     def bind(service: Service) -> Handler:
         info = rpc_info(service, rpc)
-        checked = needs_check(service, info)
+        checked = needs_check(info.access, service.guard)
 
         async def unary(raw: bytes, context: grpc.aio.ServicerContext) -> bytes:
-            call = _open(service, info, raw, context)
+            call = open_call(service, info, context)
+            call.bytes_in = len(raw)
             try:
                 request = _admit(service, info, checked, call, raw, context)
                 data: bytes = (await method(service, request, context, call.request_id)).SerializeToString()
                 call.bytes_out = len(data)
                 return data
             except Exception as exc:
-                call.fail(exc)
-                await _abort(context, exc, call.request_id, rpc)
+                await abort(context, call, exc)
                 raise  # not reached: abort raises
             except BaseException:  # the client cancelled
-                call.cancelled()
+                call.cancel()
                 raise
             finally:
                 call.finish()
@@ -351,14 +270,15 @@ def _unary_rpc(method: Callable[..., Any], rpc: str) -> Callable[[Service], Hand
 def _streaming_rpc(method: Callable[..., Any], rpc: str) -> Callable[[Service], Handler]:
     def bind(service: Service) -> Handler:
         info = rpc_info(service, rpc)
-        checked = needs_check(service, info)
+        checked = needs_check(info.access, service.guard)
 
         async def streaming(raw: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[bytes]:
             if info.client_streaming:
-                async for data in _bidirectional(method, service, info, raw, context):
+                async for data in _bidirectional(method, service, info, checked, raw, context):
                     yield data
                 return
-            call = _open(service, info, raw, context)
+            call = open_call(service, info, context)
+            call.bytes_in = len(raw)
             try:
                 request = _admit(service, info, checked, call, raw, context)
                 async for item in method(service, request, context, call.request_id):
@@ -366,10 +286,9 @@ def _streaming_rpc(method: Callable[..., Any], rpc: str) -> Callable[[Service], 
                     call.bytes_out += len(data)
                     yield data
             except Exception as exc:
-                call.fail(exc)
-                await _abort(context, exc, call.request_id, rpc)
+                await abort(context, call, exc)
             except BaseException:  # the client cancelled, or the stream was closed
-                call.cancelled()
+                call.cancel()
                 raise
             finally:
                 call.finish()
@@ -383,21 +302,18 @@ async def _bidirectional(
     method: Callable[..., Any],
     service: Any,
     info: RpcInfo,
+    checked: bool,
     raw_requests: Any,
     context: grpc.aio.ServicerContext,
 ) -> AsyncIterator[bytes]:
     """A stream of requests: named by `x-request-id` (its requests then `<id>.1`, `<id>.2`, ... unless
-    they carry an OIP `id`); a failure of the stream itself aborts it."""
-    rid, refused = metadata_request_id(context)
-    rid = rid or new_request_id()
-    request_scope.enter(rid)
-    context.set_trailing_metadata(((REQUEST_ID_KEY, rid),))
-    if refused:
-        log_refused_id(f"{REQUEST_ID_KEY} metadata", refused)
+    they carry an OIP `id`); each of its requests gets a lifecycle of its own (`open_call` with the
+    request's id, by the service); the stream itself gets no record. A failure of the stream aborts it."""
+    stream = open_call(service, info, context)  # names the stream, which gets no record of its own
     try:
-        if needs_check(service, info):
-            check_access(service, info, context)
-        async for data in method(service, parsed_requests(info, raw_requests), context, rid):
+        if checked:
+            check_access(service, stream, context)
+        async for data in method(service, parsed_requests(info, raw_requests), context, stream.request_id):
             yield data
     except Exception as exc:
-        await _abort(context, exc, rid, info.name)
+        await abort(context, stream, exc)

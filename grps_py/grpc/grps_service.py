@@ -9,14 +9,15 @@ from typing import TypeAlias
 
 import grpc
 
+from grps_py.access import AccessGuard
 from grps_py.codecs import grps_pb
 from grps_py.codecs.pb_wire import SerializedWithRaw
 from grps_py.core.context import GrpsContext
 from grps_py.core.executor import Executor
+from grps_py.core.protection import LimitsSettings
 from grps_py.core.telemetry import GRPS_GRPC
 from grps_py.core.types import InferRequest, PayloadKind
 from grps_py.grpc.boundary import priority_of, rpc_boundary
-from grps_py.http.auth import AccessGuard
 from grps_py.protos import grps_pb2
 
 Msg = grps_pb2.GrpsMessage
@@ -68,9 +69,10 @@ class GrpsService:
     INFERENCE_RPCS = frozenset({"Predict", "PredictStreaming"})
     ADMIN_RPCS = frozenset({"Online", "Offline"})  # loopback callers or the admin token (the boundary checks)
 
-    def __init__(self, executor: Executor, guard: AccessGuard | None = None) -> None:
+    def __init__(self, executor: Executor, guard: AccessGuard, limits: LimitsSettings) -> None:
         self.executor = executor
-        self.guard = guard or AccessGuard(executor.server_settings.security)
+        self.guard = guard
+        self.limits = limits
 
     def model_key(self, request: Msg) -> str:
         return self.executor.model_key(request.model)
@@ -85,7 +87,7 @@ class GrpsService:
             request_id=rid,
             priority=priority_of(context),
         )
-        payload = grps_pb.message_to_payload(message, self.executor.server_settings.limits)
+        payload = grps_pb.message_to_payload(message, self.limits)
         return InferRequest(payload, ctx, message.model, rid, self.PROTOCOL)
 
     @rpc_boundary
@@ -99,7 +101,7 @@ class GrpsService:
     @rpc_boundary
     async def PredictStreaming(self, request: Msg, context: Ctx, rid: str) -> AsyncIterator[Msg]:
         infer_request = self._request(request, context, rid, streaming=True)
-        stall_s = self.executor.server_settings.limits.stream_stall_timeout_s
+        stall_s = self.limits.stream_stall_timeout_s
         infer_request.context.on_stall(end_stalled_rpc(context, rid, stall_s))
         async for response in self.executor.infer_stream(infer_request):
             yield _ok(grps_pb.payload_to_message(response.payload, Msg()))

@@ -11,7 +11,7 @@ from typing import Any, TypeAlias
 
 import grpc
 
-from grps_py import status
+from grps_py.access import AccessGuard
 from grps_py.codecs import oip_pb
 from grps_py.codecs.pb_wire import SerializedWithRaw
 from grps_py.core import request_scope
@@ -20,10 +20,11 @@ from grps_py.core.dataplane import OipDataplane
 from grps_py.core.errors import GrpsError
 from grps_py.core.executor import Executor, StallWatch
 from grps_py.core.oip import EMPTY_FINAL_RESPONSE, FINAL_RESPONSE, OipRequest, OipResponse
+from grps_py.core.protection import LimitsSettings
 from grps_py.core.telemetry import OIP_GRPC
-from grps_py.grpc.boundary import CallRecord, log_failure, rpc_boundary, rpc_info
+from grps_py.grpc.boundary import rpc_boundary, rpc_info
 from grps_py.grpc.grps_service import end_stalled_rpc
-from grps_py.http.auth import AccessGuard
+from grps_py.lifecycle import INFERENCE, RequestLifecycle, log_failure
 from grps_py.protos import open_inference_pb2 as pb
 
 log = logging.getLogger("grps_py.grpc")
@@ -42,9 +43,10 @@ class OipService:
     RAW_BYTES_FIELDS = {"ModelInfer": "raw_input_contents", "ModelStreamInfer": "raw_input_contents"}
     ADMIN_RPCS: frozenset[str] = frozenset()
 
-    def __init__(self, executor: Executor, guard: AccessGuard | None = None) -> None:
+    def __init__(self, executor: Executor, guard: AccessGuard, limits: LimitsSettings) -> None:
         self.executor = executor
-        self.guard = guard or AccessGuard(executor.server_settings.security)
+        self.guard = guard
+        self.limits = limits
         self.dataplane = OipDataplane(executor, OIP_GRPC)
 
     def model_key(self, request: pb.ModelInferRequest) -> str:
@@ -89,7 +91,7 @@ class OipService:
 
     @rpc_boundary
     async def ModelInfer(self, request: pb.ModelInferRequest, context: Ctx, rid: str) -> SerializedWithRaw:
-        oip_request = oip_pb.decode_infer_request(request, self.executor.server_settings.limits)
+        oip_request = oip_pb.decode_infer_request(request, self.limits)
         ctx = self.dataplane.context(oip_request, rid, context.time_remaining())
         # A client that cancels is told to the model by the executor (if_disconnected()).
         response = await self.dataplane.infer(request.model_name, request.model_version, oip_request, ctx)
@@ -106,7 +108,7 @@ class OipService:
         not read until one ends: a client that sends faster waits on HTTP/2 flow control) and at most N
         responses wait for the client (a request's next one waits). A response the client has not taken
         within `limits.stream_stall_timeout_s` ends the RPC (DEADLINE_EXCEEDED) and cancels its requests."""
-        limits = self.executor.server_settings.limits
+        limits = self.limits
         queue: asyncio.Queue[Any] = asyncio.Queue()  # responses (<= N, by `room`), _DONE, _READ_END
         room = asyncio.Semaphore(limits.stream_buffer_messages)  # responses that may wait in `queue`
         running = asyncio.Semaphore(limits.stream_buffer_messages)  # requests that may run at once
@@ -183,7 +185,9 @@ class OipService:
     ) -> None:
         """Run one request of a stream; every message the model streams becomes one response."""
         request_scope.enter(rid)  # this task's log lines
-        call = CallRecord(self, rpc_info(self, "ModelStreamInfer"), size, rid, named=True)
+        info = rpc_info(self, "ModelStreamInfer")
+        call = RequestLifecycle(self.executor.telemetry, info.protocol, info.route, INFERENCE, rid)
+        call.bytes_in = size
         call.start(self.model_key(message))
         ctx: GrpsContext | None = None
 
@@ -193,20 +197,18 @@ class OipService:
             await send(data)
 
         try:
-            request = oip_pb.decode_infer_request(message, self.executor.server_settings.limits)
+            request = oip_pb.decode_infer_request(message, self.limits)
             ctx = self.dataplane.context(request, rid, context.time_remaining(), streaming=True)
             await self._stream_responses(message, request, ctx, respond)
         except asyncio.CancelledError:
-            call.cancelled()
+            call.cancel()
             if ctx is not None:
                 ctx.cancel()
             raise
         except Exception as exc:
             call.fail(exc)
-            log_failure(exc, "ModelStreamInfer")
-            await respond(
-                pb.ModelStreamInferResponse(error_message=f"{status.public_message(exc)} [request_id={rid}]")
-            )
+            log_failure(log, "ModelStreamInfer", exc)
+            await respond(pb.ModelStreamInferResponse(error_message=call.public_error(exc)))
         finally:
             call.finish()
             done()

@@ -26,6 +26,7 @@ from typing import Any
 
 import grpc
 
+from grps_py.access import AccessGuard
 from grps_py.core.config import ServerSettings
 from grps_py.core.errors import ConfigError
 from grps_py.core.executor import Executor
@@ -33,7 +34,6 @@ from grps_py.core.protection import TlsSettings
 from grps_py.grpc.boundary import Service, handler
 from grps_py.grpc.grps_service import GrpsService
 from grps_py.grpc.oip_service import OipService
-from grps_py.http.auth import AccessGuard
 
 _HANDLER_KINDS: dict[tuple[bool, bool], Any] = {  # (client streaming, server streaming)
     (False, False): grpc.unary_unary_rpc_method_handler,
@@ -120,7 +120,10 @@ def build_grpc_server(executor: Executor, settings: ServerSettings) -> tuple[grp
         maximum_concurrent_rpcs=settings.max_connections,
     )
     guard = AccessGuard(settings.security)
-    add_services(server, [GrpsService(executor, guard), OipService(executor, guard)])
+    add_services(
+        server,
+        [GrpsService(executor, guard, settings.limits), OipService(executor, guard, settings.limits)],
+    )
     host = settings.interface.host
     address = (
         f"[{host}]:{settings.interface.grpc_port}"

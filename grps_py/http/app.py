@@ -1,45 +1,45 @@
-"""The one HTTP route table: the Tornado application built from it, and the direct routes in front of it."""
+"""The one HTTP route table: every route of the HTTP port, and which layer serves it.
+
+Unary routes (answered in one piece) are served on grps-py's own connection (`http/direct.py`); the
+routes that stream, the user's custom routes and the monitoring pages go through Tornado's web layer
+(`http/base.py`). Both keep the same rules through the request's lifecycle (grps_py/lifecycle.py).
+`HttpRoutes.table()` lists them all, in the order a request is matched: the unary routes first, then
+Tornado's; a path no route matches is Tornado's 404.
+"""
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Any
 
 import tornado.web
 
 from grps_py.core.config import ServerSettings
+from grps_py.core.dataplane import OipDataplane
 from grps_py.core.errors import ConfigError
 from grps_py.core.executor import Executor
-from grps_py.http.base import NotFoundHandler, skip_tornado_access_log
+from grps_py.core.telemetry import OIP_HTTP
+from grps_py.http.base import NotFoundHandler, implemented_methods, skip_tornado_access_log
 from grps_py.http.custom import AliasPredictHandler, CustomPredictHandler
-from grps_py.http.direct import DirectRoutes
-from grps_py.http.grps import (
-    HealthHandler,
-    ModelMetadataHandler,
-    PredictHandler,
-    ServerMetadataHandler,
-    direct_predict_route,
-)
-from grps_py.http.monitor import monitor_routes
-from grps_py.http.oip import direct_infer_route, oip_routes
-from grps_py.http.policy import POLICY_SETTING, http_policy
+from grps_py.http.direct import DirectRoutes, UnaryRoute
+from grps_py.http.grps import GrpsRoutes, grps_stream_routes
+from grps_py.http.metrics_routes import monitor_routes
+from grps_py.http.oip import OipRoutes, oip_stream_routes
+from grps_py.http.policy import POLICY_SETTING, HttpPolicy, http_policy
+from grps_py.metrics import ServerMetrics
 
 Route = tuple[str, type[tornado.web.RequestHandler], dict[str, Any]]
 
 
-def grps_routes(executor: Executor, settings: ServerSettings) -> list[Route]:
-    ctrl = settings.interface.predict_streaming_ctrl
-    base: dict[str, Any] = {"executor": executor}
-    routes: list[Route] = [
-        (f"/grps/v1/health/{action}", HealthHandler, {**base, "action": action})
-        for action in ("online", "offline", "live", "ready")
-    ]
-    routes += [
-        (r"/grps/v1/infer/predict", PredictHandler, {**base, "streaming_ctrl": ctrl}),
-        (r"/grps/v1/metadata/server", ServerMetadataHandler, base),
-        (r"/grps/v1/metadata/model", ModelMetadataHandler, base),
-    ]
-    return routes
+@dataclass(frozen=True)
+class RouteRow:
+    """One line of the route table: a path pattern, its methods, and the layer that serves it."""
+
+    pattern: str
+    methods: tuple[str, ...]
+    layer: str  # "connection" (http/direct.py) or "tornado" (http/base.py)
+    serves: str  # the code that answers it
 
 
 def custom_routes(executor: Executor, settings: ServerSettings) -> list[Route]:
@@ -53,42 +53,67 @@ def custom_routes(executor: Executor, settings: ServerSettings) -> list[Route]:
     return routes
 
 
-def route_table(executor: Executor, settings: ServerSettings) -> list[Route]:
-    builtin = grps_routes(executor, settings) + oip_routes(executor) + monitor_routes(executor)
-    custom = custom_routes(executor, settings)
-    _refuse_collisions(settings, builtin)
-    # Tornado tries the patterns in order: inference routes first, so a predict or infer request is
-    # matched after a few patterns rather than after every health and metadata one.
-    builtin.sort(key=lambda route: not getattr(route[1], "inference", False))
-    return custom + builtin
+class HttpRoutes:
+    """The routes of one server's HTTP port, built once from its settings, its executor and metrics."""
+
+    def __init__(self, executor: Executor, settings: ServerSettings, metrics: ServerMetrics) -> None:
+        self.executor = executor
+        self.settings = settings
+        self.policy: HttpPolicy = http_policy(settings)
+        ctrl = settings.interface.predict_streaming_ctrl
+        dataplane = OipDataplane(executor, OIP_HTTP)
+        self.unary: list[UnaryRoute] = [
+            *GrpsRoutes(executor, self.policy, ctrl).unary_routes(),
+            *OipRoutes(dataplane, self.policy).unary_routes(),
+        ]
+        builtin: list[Route] = [
+            *grps_stream_routes(executor, ctrl),
+            *oip_stream_routes(executor, dataplane),
+            *monitor_routes(executor, metrics),
+        ]
+        custom = custom_routes(executor, settings)
+        self._refuse_collisions(builtin, custom)
+        self.tornado: list[Route] = custom + builtin
+
+    def _refuse_collisions(self, builtin: list[Route], custom: list[Route]) -> None:
+        """A custom path that a built-in route also matches stops start-up: one of them would be
+        unreachable."""
+        patterns = [(route.pattern, "a unary route") for route in self.unary]
+        patterns += [(pattern, handler.__name__) for pattern, handler, _ in builtin]
+        for route in self.settings.interface.customized_predict_http:
+            for pattern, name in patterns:
+                if route.path is not None and re.fullmatch(pattern, route.path):
+                    raise ConfigError(
+                        f"{self.settings.source}: interface.customized_predict_http: path "
+                        f"{route.path!r} is a built-in route ({name}); choose another path"
+                    )
+
+    def direct(self) -> DirectRoutes:
+        return DirectRoutes(self.unary, self.executor.telemetry, self.policy)
+
+    def app(self) -> tornado.web.Application:
+        app = tornado.web.Application(
+            self.tornado,
+            default_handler_class=NotFoundHandler,
+            default_handler_args={"executor": self.executor},
+            compress_response=False,
+            log_function=skip_tornado_access_log,  # our access log writes each request once, with its id
+        )
+        app.settings[POLICY_SETTING] = self.policy  # body limit and tokens, read by every handler
+        return app
+
+    def table(self) -> list[RouteRow]:
+        """Every route, in the order a request is matched, with the layer that serves it."""
+        rows = [
+            RouteRow(r.pattern, tuple(sorted(r.allowed)), "connection", _name(next(iter(r.methods.values()))))
+            for r in self.unary
+        ]
+        for pattern, handler, options in self.tornado:
+            custom = options.get("route")
+            methods = set(custom.methods) if custom is not None else implemented_methods(handler)
+            rows.append(RouteRow(pattern, tuple(sorted(methods)), "tornado", handler.__name__))
+        return rows
 
 
-def _refuse_collisions(settings: ServerSettings, builtin: list[Route]) -> None:
-    """A custom path that a built-in route also matches stops start-up: one of them would be unreachable."""
-    for route in settings.interface.customized_predict_http:
-        for pattern, handler, _ in builtin:
-            if route.path is not None and re.fullmatch(pattern, route.path):
-                raise ConfigError(
-                    f"{settings.source}: interface.customized_predict_http: path {route.path!r} is a "
-                    f"built-in route ({handler.__name__}); choose another path"
-                )
-
-
-def build_app(executor: Executor, settings: ServerSettings) -> tornado.web.Application:
-    app = tornado.web.Application(
-        route_table(executor, settings),
-        default_handler_class=NotFoundHandler,
-        default_handler_args={"executor": executor},
-        compress_response=False,
-        log_function=skip_tornado_access_log,  # our access log writes each request once, with its id
-    )
-    app.settings[POLICY_SETTING] = http_policy(settings)  # body limit and tokens, read by every handler
-    return app
-
-
-def build_direct_routes(executor: Executor, settings: ServerSettings) -> DirectRoutes:
-    """The hot routes the connection answers itself (http/direct.py): OIP infer and unary grps predict.
-    Their paths stay in the app's table too, for their other methods and for streaming predicts."""
-    policy = http_policy(settings)
-    ctrl = settings.interface.predict_streaming_ctrl
-    return DirectRoutes([direct_infer_route(executor, policy), direct_predict_route(executor, policy, ctrl)])
+def _name(serve: Any) -> str:
+    return str(getattr(serve, "__qualname__", serve))

@@ -17,7 +17,7 @@ What it adds, against clients that would hold memory or desynchronise the framin
   400 when `chunked` is not the last coding or the request is HTTP/1.0), conflicting Content-Length or
   Transfer-Encoding headers (400), an `Expect` other than `100-continue` (417), a version other than
   HTTP/1.0 and HTTP/1.1 (505): answered once the requests ahead of it on the connection are, and the
-  connection closed; nothing after it is read (tests/fuzz/test_http_differential.py holds the framing
+  connection closed; nothing after it is read (tests/http/test_http_differential.py holds the framing
   to h11's);
 - write backpressure: past `limits.write_buffer_bytes` of answers the client has not taken, the
   connection reads no more requests and begins no pipelined one until the buffer drains, and what a
@@ -32,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import logging
+import re
 from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
@@ -58,6 +59,9 @@ NOT_IMPLEMENTED = bare("501 Not Implemented")
 VERSION_NOT_SUPPORTED = bare("505 HTTP Version Not Supported")
 CONTINUE = b"HTTP/1.1 100 (Continue)\r\n\r\n"
 NO_BODY_STATUSES = (204, 304)
+# A Host header's value (RFC 3986 host [":" port]: an IP literal, or a name of unreserved, %-encoded
+# and sub-delim characters but the comma, which joins two values).
+HOST = re.compile(r"(?:\[[0-9A-Fa-f:.vV]+\]|[A-Za-z0-9\-._~!$&'()*+;=%]*)(?::[0-9]*)?")
 FEED_BYTES = 16384  # parsed at a time: what arrives past a request that must wait stays unparsed
 
 
@@ -701,4 +705,7 @@ def refused(version: str, headers: httputil.HTTPHeaders) -> bytes | None:
     expect = headers.get_list("Expect")
     if expect and ",".join(expect).lower() != "100-continue":
         return EXPECTATION_FAILED
+    hosts = headers.get_list("Host")
+    if (not hosts and version == "HTTP/1.1") or len(hosts) > 1 or (hosts and not HOST.fullmatch(hosts[0])):
+        return BAD_REQUEST  # RFC 9112 3.2: one Host, required in HTTP/1.1; a comma means two were joined
     return None

@@ -10,15 +10,16 @@ from __future__ import annotations
 from typing import Any
 
 import orjson
-import tornado.web
 
 from grps_py.core.config import CustomizedPredictHttp, StreamingCtrl
 from grps_py.core.context import GrpsContext, HttpRequest, HttpResponse
 from grps_py.core.executor import Executor
 from grps_py.core.telemetry import CUSTOM
 from grps_py.core.types import InferRequest, Payload
+from grps_py.core.untrusted import shown
 from grps_py.http.base import BaseHandler
 from grps_py.http.grps import PredictHandler
+from grps_py.http.policy import MethodNotAllowed
 from grps_py.http.streaming import PredictBase, is_true, streaming_requested
 
 EVENT_STREAM = "text/event-stream"
@@ -36,8 +37,9 @@ class RouteMethods(BaseHandler):
     def prepare(self) -> None:
         super().prepare()
         if self.request.method not in self.allowed_methods():
-            raise tornado.web.HTTPError(
-                405, f"{self.request.path} takes {', '.join(self.route.methods)}, not {self.request.method}"
+            takes = ", ".join(self.route.methods)
+            raise MethodNotAllowed(
+                f"{shown(self.request.path)} takes {takes}, not {shown(self.request.method)}"
             )
 
 
@@ -77,14 +79,14 @@ class CustomPredictHandler(RouteMethods, PredictBase):
     def _http_request(self) -> HttpRequest:
         req = self.request
         query = {k: [v.decode("utf-8", "replace") for v in vs] for k, vs in req.query_arguments.items()}
-        return HttpRequest(req.method or "POST", req.path, req.headers, query, req.body, req.remote_ip or "")
+        return HttpRequest(req.method or "POST", req.path, req.headers, query, self.body, req.remote_ip or "")
 
     def _streaming(self) -> bool:
         ctrl = self.route.streaming_ctrl
         if ctrl.ctrl_mode != "body_param":
             return streaming_requested(self, ctrl)
         try:  # the model parses the body; an unparsable one simply does not ask to stream
-            doc = orjson.loads(self.request.body)
+            doc = orjson.loads(self.body)
         except orjson.JSONDecodeError:
             return False
         return isinstance(doc, dict) and is_true(doc.get(ctrl.ctrl_key, False))
@@ -100,9 +102,7 @@ class CustomPredictHandler(RouteMethods, PredictBase):
             priority=priority,
         )
         model = self.get_query_argument("model", "") or self.route.model
-        request = InferRequest(
-            Payload.of_bytes(self.request.body), ctx, model, self.request_id, self.protocol
-        )
+        request = InferRequest(Payload.of_bytes(self.body), ctx, model, self.request_id, self.protocol)
         content_type = self.route.streaming_ctrl.res_content_type
         if streaming and content_type.split(";")[0].strip() == EVENT_STREAM:
             self.set_header("Cache-Control", "no-cache")  # proxies must pass events on as they come

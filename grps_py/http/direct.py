@@ -1,15 +1,18 @@
-"""The hot routes, answered on grps-py's own connection without Tornado's web layer.
+"""Unary routes, answered on grps-py's own connection (http/connection.py) without Tornado's web layer.
 
-OIP infer and grps predict are what a gateway answers all day. Around them, Tornado's web layer
-(routing, a RequestHandler with its header tables, the `_execute` coroutine, `flush`) cost about as much
-CPU as the rest of the request together (bench/compare.py: floor-httptools against the bare connection).
-A `DirectCall` takes its request straight from the connection (http/connection.py) and keeps the rules
-every route keeps (http/base.py): the request id, the tokens, the body limit checked before the body is
-read, one error boundary with the route's error body, one telemetry record. It writes its answer in one
-piece, with a Content-Length.
+A unary route is a path pattern and, per method, an `async (call) -> Answer` (`Serve`); the route
+table (`http/app.py`) lists them beside the routes Tornado serves. Tornado's RequestHandler machinery
+costs about as much CPU as the rest of a small request together (bench/compare.py: `floor-httptools`
+against the Tornado floor), so every route that answers in one piece is served here; Tornado keeps the
+routes that stream, and the user's custom routes.
 
-A route class says which requests it takes (`DirectRoute.accepts`); the rest of the requests on its
-path (other methods, a predict that asks to stream) go to the Tornado Application as before.
+A `DirectCall` is one request of such a route, from its head to its record: the connection hands it
+the head, the body's pieces and the end (it is the request's `HTTPMessageDelegate`). It keeps the rules
+of every route (`http/policy.py`) through the request's `RequestLifecycle` (grps_py/lifecycle.py):
+its id, access, the body limit checked before the body is read, one error boundary that answers with the
+route's error body and the status of the one error table, one telemetry record. HEAD is answered wherever
+GET is (the GET's head, no body), OPTIONS names the methods the route takes, and any other method is a
+405 that names them too.
 """
 
 from __future__ import annotations
@@ -17,7 +20,8 @@ from __future__ import annotations
 import asyncio
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from email.utils import formatdate
 from http.client import responses
 from typing import TYPE_CHECKING, Any
@@ -25,45 +29,80 @@ from urllib.parse import parse_qs, unquote
 
 from tornado import httputil
 
-from grps_py import status
-from grps_py.access_log import log_refused_id
-from grps_py.core import request_scope, telemetry
+from grps_py.access import is_loopback, refuse_cross_site
+from grps_py.core import request_scope
 from grps_py.core.errors import InvalidInput
-from grps_py.core.executor import Executor
+from grps_py.core.telemetry import RequestObserver
 from grps_py.core.untrusted import shown
-from grps_py.http.base import (
-    CLIENT_CLOSED,
+from grps_py.http.policy import (
     LARGE_BODY_BYTES,
     REQUEST_ID_HEADER,
-    client_log,
-    declared_length,
+    Header,
+    HttpPolicy,
+    MethodNotAllowed,
+    allow_header,
     failure_headers,
     int_control,
-    log_failure,
-    too_large,
+    log,
 )
-from grps_py.http.policy import HttpPolicy
-from grps_py.request_ids import new_request_id
+from grps_py.lifecycle import ADMIN, OPEN, RequestLifecycle, log_failure, needs_check
 
 if TYPE_CHECKING:
     from grps_py.http.connection import Exchange
 
-Header = tuple[str, str]
+JSON = "application/json"
+
+
+@dataclass(frozen=True)
+class Answer:
+    """What a unary route answers: a body in one piece, its type, its status and any more headers."""
+
+    body: bytes
+    content_type: str = JSON
+    status: int = 200
+    headers: tuple[Header, ...] = ()
+
+
+Serve = Callable[["DirectCall"], Awaitable[Answer | None]]  # None: the client went away first
+ErrorBody = Callable[[int, str], bytes]  # (status, message) -> the API's error answer
+
+
+@dataclass
+class UnaryRoute:
+    """A path pattern and what answers each method there. `accepts` may leave a request to Tornado (a
+    predict that asks to stream); `model_of_head` names an inference request's model from its path so it
+    is in flight from its head; `options` are what the route's code reads (its dataplane, controls)."""
+
+    pattern: str
+    methods: dict[str, Serve]
+    error_body: ErrorBody
+    protocol: str = "http"
+    access: str = OPEN
+    cross_site_refused: bool = False  # an admin switch a browser sends for another site's page: 403
+    accepts: Callable[[httputil.RequestStartLine, httputil.HTTPHeaders], bool] | None = None
+    model_of_head: Callable[[DirectCall], str] | None = None
+    options: dict[str, Any] = field(default_factory=dict)
+    regex: re.Pattern[str] = field(init=False)
+    allowed: frozenset[str] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.regex = re.compile(self.pattern + "$")
+        methods = set(self.methods) | {"OPTIONS"} | ({"HEAD"} if "GET" in self.methods else set())
+        self.allowed = frozenset(methods)
 
 
 class DirectCall(httputil.HTTPMessageDelegate):
-    """One request of a direct route, from its head to its record. Subclasses write `answer`, which
-    returns the answer's body, Content-Type and any more headers, or None when the client went away.
-
-    It is the connection's delegate for the request (Tornado's HTTPMessageDelegate): the head, then the
-    body's pieces, then the end or the connection's close."""
-
-    protocol = "http"  # the telemetry label of its requests
+    """One request of a unary route. The route's `Serve` reads `body`, `args` (the pattern's groups,
+    unquoted), `headers`, `query_argument` and `control`, and the server's parts through `route` and
+    `policy`."""
 
     def __init__(
         self,
         exchange: Exchange,
-        route: DirectRoute,
+        route: UnaryRoute,
+        serve: Serve,
+        observer: RequestObserver,
+        policy: HttpPolicy,
         start_line: httputil.RequestStartLine,
         headers: httputil.HTTPHeaders,
         path: str,
@@ -71,23 +110,27 @@ class DirectCall(httputil.HTTPMessageDelegate):
     ) -> None:
         self.exchange = exchange
         self.route = route
-        self.executor = route.executor
+        self.serve = serve
+        self.policy = policy
         self.method = start_line.method
         self.path = path
         self.query = start_line.path[len(path) + 1 :]
-        self.args = args  # the route pattern's groups, unquoted
+        self.args = args
         self.headers = headers
-        self.started = time.time()
-        self.request_id = ""
-        self._client_id = ""
+        self.life = RequestLifecycle(
+            observer, route.protocol, f"{self.method} {path}", route.access, headers.get(REQUEST_ID_HEADER)
+        )
         self._chunks: list[bytes] = []
-        self.body_bytes = 0
         self.body = b""
-        self.model_key: str | None = None  # set once request_started was reported
         self.answered = False
+        self._cancel: list[Callable[[], None]] = []  # what stops the request's work when its client leaves
         self._client_gone = False
         self._task: asyncio.Task[None] | None = None
         self._query: dict[str, list[str]] | None = None
+
+    @property
+    def request_id(self) -> str:
+        return self.life.request_id
 
     # -- the request, in (HTTPMessageDelegate) ----------------------------------------------------
     def headers_received(
@@ -95,34 +138,35 @@ class DirectCall(httputil.HTTPMessageDelegate):
         start_line: httputil.RequestStartLine | httputil.ResponseStartLine,
         headers: httputil.HTTPHeaders,
     ) -> None:
-        """Who may call and how large a body may be, before the body is read (as BaseHandler.prepare)."""
-        sent_id = headers.get(REQUEST_ID_HEADER)
-        self._client_id = request_scope.client_request_id(sent_id) if sent_id else ""
-        self.request_id = self._client_id or new_request_id()
-        policy = self.route.policy
-        if sent_id and not self._client_id:
-            with request_scope.scoped(self.request_id):
-                log_refused_id(REQUEST_ID_HEADER, sent_id)
+        """Who may call and how large a body may be, before the body is read."""
+        life, route = self.life, self.route
+        if life.refused_id:
+            with request_scope.scoped(life.request_id):
+                life.log_refused_id(REQUEST_ID_HEADER)
         try:
-            if policy.guard.inference_tokens:
-                policy.guard.check_inference(headers.get("Authorization"))
-            length = declared_length(headers)
-            if length is not None and length > policy.body_bytes:
-                raise too_large(policy)
-            model_key = self.model_of_head()
-            if model_key is not None:
-                self.mark_started(model_key)
+            if route.cross_site_refused:
+                scheme = self.exchange.context.protocol
+                refuse_cross_site(
+                    headers.get("Origin"), headers.get("Sec-Fetch-Site"), scheme, headers.get("Host")
+                )
+            if needs_check(route.access, self.policy.guard):
+                local = route.access == ADMIN and is_loopback(self.exchange.context.remote_ip)
+                life.admit(self.policy.guard, headers.get("Authorization"), local)
+            self.policy.check_declared_length(headers)
+            if route.model_of_head is not None and self.args:  # (no args: a path that is not UTF-8)
+                life.start(route.model_of_head(self))
         except Exception as exc:
             self.fail(exc)
 
     def data_received(self, chunk: bytes) -> None:
         """Keep the body up to the limit; past it, answer 413 at once (the rest is not read)."""
-        self.body_bytes += len(chunk)
-        if self.body_bytes <= self.route.policy.body_bytes:
+        life = self.life
+        life.bytes_in += len(chunk)
+        if life.bytes_in <= self.policy.body_bytes:
             self._chunks.append(chunk)
         elif not self.answered:
             self._chunks = []
-            self.fail(too_large(self.route.policy))
+            self.fail(self.policy.too_large())
 
     def finish(self) -> None:
         """The body is in: answer it in a task of its own."""
@@ -132,50 +176,29 @@ class DirectCall(httputil.HTTPMessageDelegate):
         self._task = asyncio.get_running_loop().create_task(self._run())
 
     def on_connection_close(self) -> None:
-        """The client went away before its answer: tell the model; record the request if nothing will."""
+        """The client went away before its answer: stop its work; record the request if nothing will."""
         if self.answered:
             return
-        policy = self.route.policy
-        if self._task is None and time.time() - self.started >= policy.body_timeout_s:
-            client_log.info(
-                "%s %s -> the body did not arrive within %ss (limits.body_timeout_s); connection closed",
-                self.method,
-                shown(self.path),
-                policy.body_timeout_s,
-            )
+        life = self.life
+        if self._task is None and self.policy.body_timed_out(
+            self.method, self.path, time.time() - life.started
+        ):
             self.answered = True
-            self.record(408, None, 0)  # a client's failing, as Tornado's 408 is recorded
+            life.status = 408  # a client's failing: recorded without an exception, as nothing failed here
+            life.finish()
             return
         self._client_gone = True
-        self.client_gone()
+        for cancel in self._cancel:
+            cancel()
         if self._task is None:  # cut off while its body was arriving: nothing else will record it
             self.answered = True
-            self.record(CLIENT_CLOSED, None, 0)
+            life.cancel()
+            life.finish()
 
-    # -- what a route uses --------------------------------------------------------------------
-    async def answer(self) -> tuple[bytes, str, tuple[Header, ...]] | None:
-        raise NotImplementedError
-
-    def model_of_head(self) -> str | None:
-        """The model key the request names in its path ("": no such model); None: the body names it."""
-        return None
-
-    def error_body(self, http_status: int, msg: str) -> bytes:
-        raise NotImplementedError
-
-    def client_gone(self) -> None:
-        """The client left before its answer (cancel what runs for it)."""
-
-    def mark_started(self, model_key: str) -> None:
-        """The request knows its model: report it in flight (once)."""
-        if self.model_key is None:
-            self.model_key = model_key
-            self.executor.telemetry.request_started(self.protocol, model_key)
-
+    # -- what a route reads ---------------------------------------------------------------------
     def query_argument(self, name: str, default: str, strip: bool = True) -> str:
-        """The last value of a query parameter, stripped (unless `strip` is false), as Tornado's
-        get_query_argument gives it (a value that is not UTF-8 is a 400, as there; values not asked for
-        are not decoded)."""
+        """The last value of a query parameter, stripped (unless `strip` is false); a value that is not
+        UTF-8 is a 400. Values not asked for are not decoded."""
         if self._query is None:
             self._query = parse_qs(self.query, keep_blank_values=True, encoding="latin-1")
         values = self._query.get(name)
@@ -193,23 +216,19 @@ class DirectCall(httputil.HTTPMessageDelegate):
         text = self.headers.get(header) or self.query_argument(query, "", strip=False)
         return int_control(text, header, query)
 
+    def cancel_on_close(self, cancel: Callable[[], None]) -> None:
+        """Call `cancel` when the client goes away before its answer (stops the model's work)."""
+        self._cancel.append(cancel)
+
     def adopt_request_id(self, candidate: str) -> None:
-        """Name the request by an id found in its body (OIP `id`) when the client sent no X-Request-Id
-        (an id that may not name it is logged at debug; it still is the answer's `id`)."""
-        if self._client_id or not candidate:
-            return
-        chosen = request_scope.client_request_id(candidate)
-        if chosen:
-            self.request_id = chosen
-            request_scope.enter(chosen)
-        else:
-            log_refused_id("the request's id", candidate, in_body=True)
+        """Name the request by an id from its body (OIP `id`) when the client sent no X-Request-Id."""
+        self.life.adopt(candidate)
 
     # -- the answer, out -----------------------------------------------------------------------
     async def _run(self) -> None:
-        request_scope.enter(self.request_id)
+        request_scope.enter(self.life.request_id)
         try:
-            answer = await self.answer()
+            answer = await self.serve(self)
         except asyncio.CancelledError:
             answer = None
         except Exception as exc:
@@ -218,123 +237,104 @@ class DirectCall(httputil.HTTPMessageDelegate):
         if answer is None:  # the client went away
             if not self.answered:
                 self.answered = True
-                self.record(CLIENT_CLOSED, None, 0)
+                self.life.cancel()
+                self.life.finish()
             return
-        body, content_type, headers = answer
-        self.respond(200, body, content_type, headers)
+        self.respond(answer.status, answer.body, answer.content_type, answer.headers)
 
     def fail(self, exc: BaseException) -> None:
         """The error boundary: the status from the one error table, a short message, the log's detail."""
-        with request_scope.scoped(self.request_id):
-            log_failure(self.method, self.path, exc)
-        http_status = status.wire_status(exc).http
-        msg = f"{status.public_message(exc)} [request_id={self.request_id}]"
+        life = self.life
+        with request_scope.scoped(life.request_id):
+            log_failure(log, f"{shown(self.method)} {shown(self.path)}", exc)
+        http_status = life.fail(exc)
         headers = failure_headers(exc)
+        if isinstance(exc, MethodNotAllowed):
+            headers += (("Allow", allow_header(self.route.allowed)),)
         if not self.exchange.read_finished:
             headers += (("Connection", "close"),)  # answered before its body was read: it is not read
-        self.respond(http_status, self.error_body(http_status, msg), "application/json", headers, exc)
+        self.respond(http_status, self.route.error_body(http_status, life.public_error(exc)), JSON, headers)
 
     def respond(
-        self,
-        http_status: int,
-        body: bytes,
-        content_type: str,
-        headers: tuple[Header, ...] = (),
-        exc: BaseException | None = None,
+        self, http_status: int, body: bytes, content_type: str, headers: tuple[Header, ...] = ()
     ) -> None:
         if self.answered:
             return
         self.answered = True
+        life = self.life
         if self._client_gone:
-            self.record(CLIENT_CLOSED, exc, 0)
+            life.cancel()
+            life.finish()
             return
         lines = [
             ("Content-Type", content_type),
             ("Content-Length", str(len(body))),
             ("Date", http_date()),
-            (REQUEST_ID_HEADER, self.request_id),
+            (REQUEST_ID_HEADER, life.request_id),
             *headers,
         ]
+        if http_status == 204:
+            lines = [line for line in lines if line[0] not in ("Content-Type", "Content-Length")]
         reason = responses.get(http_status, "Unknown")
         exchange = self.exchange
-        if len(body) >= LARGE_BODY_BYTES:  # sent after its head rather than copied in behind it
+        if self.method == "HEAD" or http_status == 204:
+            exchange.write_head(http_status, reason, lines)
+        elif len(body) >= LARGE_BODY_BYTES:  # sent after its head rather than copied in behind it
             exchange.write_head(http_status, reason, lines)
             exchange.write(body)
+            life.bytes_out = len(body)
         else:
             exchange.write_head(http_status, reason, lines, body)
+            life.bytes_out = len(body)
         exchange.finish()
-        self.record(http_status, exc, len(body))
-
-    def record(self, http_status: int, exc: BaseException | None, bytes_out: int) -> None:
-        """Hand the request's record to the telemetry (once: every path here ends by `answered`)."""
-        if self.model_key is None:
-            self.mark_started("")
-        duration_s = time.time() - self.started
-        self.executor.telemetry.request_finished(
-            telemetry.RequestRecord(
-                request_id=self.request_id,
-                protocol=self.protocol,
-                route=f"{self.method} {self.path}",
-                model=self.model_key or "",
-                inference=True,
-                status=http_status,
-                reason=telemetry.reason_of(exc, http_status),
-                started=self.started,
-                duration_s=duration_s,
-                bytes_in=self.body_bytes,
-                bytes_out=bytes_out,
-            )
-        )
+        if life.status < 400:
+            life.status = http_status
+        life.finish()
 
 
-class DirectRoute:
-    """A path pattern and the DirectCall class that answers the requests it accepts there."""
+async def _answer_options(call: DirectCall) -> Answer:
+    return Answer(b"", status=204, headers=(("Allow", allow_header(call.route.allowed)),))
 
-    def __init__(
-        self,
-        pattern: str,
-        call: type[DirectCall],
-        executor: Executor,
-        policy: HttpPolicy,
-        accepts: Callable[[DirectRoute, httputil.RequestStartLine, httputil.HTTPHeaders], bool] | None = None,
-        **options: Any,
-    ) -> None:
-        self.regex = re.compile(pattern + "$")
-        self.call = call
-        self.executor = executor
-        self.policy = policy
-        self._accepts = accepts
-        self.options = options  # what the route's calls read (e.g. the predict route's streaming control)
 
-    def match(
-        self, exchange: Exchange, start_line: httputil.RequestStartLine, headers: httputil.HTTPHeaders
-    ) -> DirectCall | None:
-        path = start_line.path.partition("?")[0]
-        found = self.regex.match(path)
-        if found is None or (self._accepts is not None and not self._accepts(self, start_line, headers)):
-            return None
-        try:
-            args = tuple("" if group is None else unquote(group, errors="strict") for group in found.groups())
-        except UnicodeDecodeError:
-            return None  # Tornado's route answers it: 400, invalid unicode in the path
-        return self.call(exchange, self, start_line, headers, path, args)
+async def _refuse_method(call: DirectCall) -> Answer:
+    takes = ", ".join(m for m in call.route.methods)
+    raise MethodNotAllowed(f"{shown(call.path)} takes {takes}, not {shown(call.method)}")
+
+
+async def _refuse_path(call: DirectCall) -> Answer:
+    raise InvalidInput(f"invalid unicode in the path {shown(call.path)}")
 
 
 class DirectRoutes:
-    """The direct routes of a listener, tried in order for each POST."""
+    """The unary routes of a listener, tried in order for each request; a request none of them takes
+    goes to the Tornado application."""
 
-    def __init__(self, routes: list[DirectRoute]) -> None:
+    def __init__(self, routes: list[UnaryRoute], observer: RequestObserver, policy: HttpPolicy) -> None:
         self.routes = routes
+        self.observer = observer
+        self.policy = policy
 
     def call_for(
         self, exchange: Exchange, start_line: httputil.RequestStartLine, headers: httputil.HTTPHeaders
     ) -> DirectCall | None:
-        if start_line.method != "POST":
-            return None
+        path = start_line.path.partition("?")[0]
         for route in self.routes:
-            call = route.match(exchange, start_line, headers)
-            if call is not None:
-                return call
+            found = route.regex.match(path)
+            if found is None:
+                continue
+            if route.accepts is not None and not route.accepts(start_line, headers):
+                return None
+            method = start_line.method
+            serve = route.methods.get("GET" if method == "HEAD" else method)
+            if serve is None:
+                serve = _answer_options if method == "OPTIONS" else _refuse_method
+            try:
+                args = tuple("" if g is None else unquote(g, errors="strict") for g in found.groups())
+            except UnicodeDecodeError:
+                args, serve = (), _refuse_path
+            return DirectCall(
+                exchange, route, serve, self.observer, self.policy, start_line, headers, path, args
+            )
         return None
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import gzip
 import zlib
-from typing import Any, cast
+from typing import Any
 
 import orjson
 from tornado.iostream import StreamClosedError
@@ -24,11 +24,13 @@ from grps_py.core.dataplane import OipDataplane
 from grps_py.core.errors import GrpsError, InvalidInput, PayloadTooLarge
 from grps_py.core.executor import Executor
 from grps_py.core.oip import OipRequest, OipResponse
+from grps_py.core.protection import LimitsSettings
 from grps_py.core.telemetry import OIP_HTTP
 from grps_py.http.base import BaseHandler
-from grps_py.http.direct import DirectCall, DirectRoute, Header
-from grps_py.http.policy import HttpPolicy
+from grps_py.http.direct import Answer, DirectCall, UnaryRoute
+from grps_py.http.policy import Header, HttpPolicy, oip_error_body
 from grps_py.http.streaming import abort_on_stall
+from grps_py.lifecycle import INFERENCE
 
 HEADER_LENGTH = "Inference-Header-Content-Length"
 MODEL = r"/v2/models/([^/]+)(?:/versions/([^/]+))?"
@@ -45,7 +47,7 @@ def tensor_metadata(entry: ModelEntry, which: str) -> list[dict[str, Any]]:
     ]
 
 
-def inflated(body: bytes, content_encoding: str, executor: Executor) -> bytes:
+def inflated(body: bytes, content_encoding: str, limit: int) -> bytes:
     """The request body, decompressed as its Content-Encoding says (the body limit holds after it too)."""
     encoding = content_encoding.strip().lower()
     if encoding in ("", "identity"):
@@ -53,8 +55,6 @@ def inflated(body: bytes, content_encoding: str, executor: Executor) -> bytes:
     wbits = _DECOMPRESSORS.get(encoding)
     if wbits is None:
         raise InvalidInput(f"unsupported Content-Encoding {encoding!r}; use gzip or deflate")
-    settings = executor.server_settings
-    limit = settings.limits.http_body_bytes or settings.interface.max_message_bytes
     inflater = zlib.decompressobj(wbits)
     try:
         data = inflater.decompress(body, limit + 1)
@@ -96,79 +96,146 @@ def encode_generate_answer(response: OipResponse, answer_bytes: int) -> bytes:
     return oip_generate.encode_generate(response)
 
 
-class OipHandler(BaseHandler):
-    """Common to the /v2 routes: the dataplane, `{"error": msg}` bodies, JSON answers."""
-
-    dataplane: OipDataplane
-
-    def initialize(
-        self,
-        executor: Executor,
-        dataplane: OipDataplane | None = None,
-        action: str = "live",
-        stream: bool = False,
-        **_: Any,
-    ) -> None:
-        """`action` is for the health route, `stream` for generate_stream."""
-        super().initialize(executor)
-        self.dataplane = dataplane or OipDataplane(executor, OIP_HTTP)
-        self.action = action
-        self.stream = stream
-
-    def error_body(self, http_status: int, msg: str) -> bytes:
-        return oip_json.encode_error(msg)
-
-    def write_doc(self, doc: dict[str, Any], http_status: int = 200) -> None:
-        self.write_json(orjson.dumps(doc), http_status)
+def binary_outputs(request: OipRequest, response: OipResponse) -> set[str]:
+    """Outputs sent in binary: as each requested output says, else as the request-level flag says."""
+    chosen = {wanted.name: wanted.binary for wanted in request.outputs if wanted.binary is not None}
+    default = request.binary_output
+    return {t.name for t in response.outputs if chosen.get(t.name, default)}
 
 
-class ServerMetadataHandler(OipHandler):
-    def get(self) -> None:
-        self.write_doc(self.dataplane.server_metadata())
+def _doc(doc: dict[str, Any], http_status: int = 200) -> Answer:
+    return Answer(orjson.dumps(doc), status=http_status)
 
 
-class HealthHandler(OipHandler):
-    """live: the process answers. ready: models loaded and the server online (503 otherwise)."""
+class OipRoutes:
+    """The unary /v2 routes over one dataplane: health, metadata, config, infer and generate. Each is an
+    `async (call) -> Answer` (http/direct.py); generate_stream is `GenerateStreamHandler`'s."""
 
-    def get(self) -> None:
-        if self.action == "live":
-            self.write_doc({"live": self.dataplane.is_live()})
-            return
+    def __init__(self, dataplane: OipDataplane, policy: HttpPolicy) -> None:
+        self.dataplane = dataplane
+        self.policy = policy
+
+    async def server_metadata(self, call: DirectCall) -> Answer:
+        return _doc(self.dataplane.server_metadata())
+
+    async def live(self, call: DirectCall) -> Answer:
+        """The process answers."""
+        return _doc({"live": self.dataplane.is_live()})
+
+    async def ready(self, call: DirectCall) -> Answer:
+        """Models loaded and the server online (503 otherwise)."""
         ready = self.dataplane.is_ready()
-        self.write_doc({"ready": ready}, 200 if ready else 503)
+        return _doc({"ready": ready}, 200 if ready else 503)
 
+    async def model_metadata(self, call: DirectCall) -> Answer:
+        entry, versions = self.dataplane.model_metadata(*call.args)
+        doc = {
+            "name": entry.name,
+            "versions": versions,
+            "platform": entry.platform,
+            "inputs": tensor_metadata(entry, "inputs"),
+            "outputs": tensor_metadata(entry, "outputs"),
+        }
+        return _doc(doc)
 
-class ModelMetadataHandler(OipHandler):
-    def get(self, model: str, version: str | None = None) -> None:
-        entry, versions = self.dataplane.model_metadata(model, version or "")
-        self.write_doc(
-            {
-                "name": entry.name,
-                "versions": versions,
-                "platform": entry.platform,
-                "inputs": tensor_metadata(entry, "inputs"),
-                "outputs": tensor_metadata(entry, "outputs"),
-            }
+    async def model_ready(self, call: DirectCall) -> Answer:
+        ready = self.dataplane.model_ready(*call.args)
+        return _doc({"name": call.args[0], "ready": ready}, 200 if ready else 503)
+
+    async def model_config(self, call: DirectCall) -> Answer:
+        return _doc(self.dataplane.model_config(*call.args))
+
+    def model_of_head(self, call: DirectCall) -> str:
+        """An inference request is in flight from its head: its model key ("" when there is no such
+        model, which its route answers 404)."""
+        try:
+            return self.dataplane.entry(*call.args).key
+        except GrpsError:
+            return ""
+
+    def _body(self, call: DirectCall) -> bytes:
+        return inflated(call.body, call.headers.get("Content-Encoding", ""), self.policy.body_bytes)
+
+    def _context(self, call: DirectCall, request: OipRequest) -> GrpsContext:
+        """The request's context, under its OIP `id` when it has one and no X-Request-Id came; cancelled
+        when the client goes away."""
+        call.adopt_request_id(request.id)
+        ctx = self.dataplane.context(request, call.request_id, streaming=False)
+        call.cancel_on_close(ctx.cancel)
+        return ctx
+
+    async def infer(self, call: DirectCall) -> Answer:
+        """JSON or the binary tensor extension, maybe compressed."""
+        request = oip_json.decode_request(
+            self._body(call), call.headers.get(HEADER_LENGTH), self.policy.limits
         )
+        model, version = call.args
+        response = await self.dataplane.infer(model, version, request, self._context(call, request))
+        body, content_type, header_length = encode_infer_answer(request, response, self.policy.answer_bytes)
+        more: tuple[Header, ...] = () if header_length is None else ((HEADER_LENGTH, str(header_length)),)
+        return _compressed_answer(body, content_type, call.headers.get("Accept-Encoding", ""), more)
+
+    async def generate(self, call: DirectCall) -> Answer:
+        """Triton's generate extension: named JSON values in, JSON out."""
+        model, version = call.args
+        request = generate_request(self.dataplane, model, version, self._body(call), self.policy.limits)
+        response = await self.dataplane.infer(model, version, request, self._context(call, request))
+        body = encode_generate_answer(response, self.policy.answer_bytes)
+        return _compressed_answer(body, _JSON, call.headers.get("Accept-Encoding", ""))
+
+    def unary_routes(self) -> list[UnaryRoute]:
+        def route(pattern: str, method: str, serve: Any, inference: bool = False) -> UnaryRoute:
+            return UnaryRoute(
+                pattern,
+                {method: serve},
+                oip_error_body,
+                protocol=OIP_HTTP if inference else "http",
+                access=INFERENCE if inference else "open",
+                model_of_head=self.model_of_head if inference else None,
+            )
+
+        return [
+            route(MODEL + r"/infer", "POST", self.infer, inference=True),
+            route(MODEL + r"/generate", "POST", self.generate, inference=True),
+            route(r"/v2/?", "GET", self.server_metadata),
+            route(r"/v2/health/live", "GET", self.live),
+            route(r"/v2/health/ready", "GET", self.ready),
+            route(MODEL + r"/?", "GET", self.model_metadata),
+            route(MODEL + r"/ready", "GET", self.model_ready),
+            route(MODEL + r"/config", "GET", self.model_config),
+        ]
 
 
-class ModelReadyHandler(OipHandler):
-    def get(self, model: str, version: str | None = None) -> None:
-        ready = self.dataplane.model_ready(model, version or "")
-        self.write_doc({"name": model, "ready": ready}, 200 if ready else 503)
+def _compressed_answer(
+    body: bytes, content_type: str, accept_encoding: str, more: tuple[Header, ...] = ()
+) -> Answer:
+    body, encoding = compressed(body, accept_encoding)
+    if encoding is not None:
+        more += (("Content-Encoding", encoding),)
+    return Answer(body, content_type, headers=more)
 
 
-class ModelConfigHandler(OipHandler):
-    def get(self, model: str, version: str | None = None) -> None:
-        self.write_doc(self.dataplane.model_config(model, version or ""))
+def generate_request(
+    dataplane: OipDataplane, model: str, version: str, body: bytes, limits: LimitsSettings
+) -> OipRequest:
+    """A generate request's values, read as the model's declared inputs say."""
+    entry = dataplane.entry(model, version)
+    specs = {s.name: (s.datatype, s.shape) for s in entry.inputs}
+    inputs, parameters, rid = oip_generate.decode_generate(body, specs, limits)
+    return OipRequest(inputs, id=rid, parameters=parameters)
 
 
-class InferBase(OipHandler):
-    """Reads the (possibly compressed) body and cancels the request when the client goes away."""
+class GenerateStreamHandler(BaseHandler):
+    """POST /v2/models/{model}[/versions/{version}]/generate_stream: server-sent events, one per message
+    the model streams (Triton's generate extension)."""
 
-    _ctx: GrpsContext | None = None
     protocol = OIP_HTTP
     inference = True
+    error_body = staticmethod(oip_error_body)
+
+    def initialize(self, executor: Executor, dataplane: OipDataplane | None = None, **_: Any) -> None:
+        super().initialize(executor)
+        self.dataplane = dataplane or OipDataplane(executor, OIP_HTTP)
 
     def prepare(self) -> None:
         super().prepare()
@@ -177,120 +244,18 @@ class InferBase(OipHandler):
             key = self.dataplane.entry(model, version).key
         except GrpsError:
             key = ""  # answered 404 by the route itself
-        self.mark_started(key)
-
-    def on_connection_close(self) -> None:
-        super().on_connection_close()
-        if self._ctx is not None:
-            self._ctx.cancel()
-
-    def body(self) -> bytes:
-        return inflated(self.request.body, self.request.headers.get("Content-Encoding", ""), self.executor)
-
-    def context(self, request: OipRequest, streaming: bool = False) -> GrpsContext:
-        """The request's context, under its OIP `id` when it has one and no X-Request-Id came."""
-        self.adopt_request_id(request.id)
-        self._ctx = self.dataplane.context(request, self.request_id, streaming=streaming)
-        return self._ctx
-
-    async def run(self, model: str, version: str | None, request: OipRequest) -> OipResponse | None:
-        """The response, or None when the client went away first."""
-        ctx = self.context(request)
-        try:
-            return await self.dataplane.infer(model, version or "", request, ctx)
-        except asyncio.CancelledError:  # the context's cancel ended the model's wait (scheduler.py)
-            return None
-
-    def send(self, body: bytes, content_type: str) -> None:
-        body, encoding = compressed(body, self.request.headers.get("Accept-Encoding", ""))
-        if encoding is not None:
-            self.set_header("Content-Encoding", encoding)
-        self.set_header("Content-Type", content_type)
-        self.finish(body)
-
-
-class InferRoute(InferBase):
-    """POST is answered on the connection itself (`DirectInfer`); the other methods arrive here: 405."""
-
-    direct_methods = ("POST",)
-
-
-class DirectInfer(DirectCall):
-    """POST /v2/models/{model}[/versions/{version}]/infer: JSON or the binary tensor extension, maybe
-    compressed, answered without Tornado's web layer (http/direct.py)."""
-
-    protocol = OIP_HTTP
-    _ctx: GrpsContext | None = None
-
-    @property
-    def dataplane(self) -> OipDataplane:
-        return cast(OipDataplane, self.route.options["dataplane"])
-
-    def model_of_head(self) -> str:
-        try:
-            return self.dataplane.entry(*self.args).key
-        except GrpsError:
-            return ""  # answered 404 once the request runs
-
-    def error_body(self, http_status: int, msg: str) -> bytes:
-        return oip_json.encode_error(msg)
-
-    def client_gone(self) -> None:
-        if self._ctx is not None:
-            self._ctx.cancel()
-
-    async def answer(self) -> tuple[bytes, str, tuple[Header, ...]] | None:
-        headers, limits = self.headers, self.executor.server_settings.limits
-        body = inflated(self.body, headers.get("Content-Encoding", ""), self.executor)
-        request = oip_json.decode_request(body, headers.get(HEADER_LENGTH), limits)
-        self.adopt_request_id(request.id)
-        self._ctx = self.dataplane.context(request, self.request_id, streaming=False)
-        model, version = self.args
-        response = await self.dataplane.infer(model, version, request, self._ctx)
-        answer_bytes = self.route.policy.answer_bytes
-        body, content_type, header_length = encode_infer_answer(request, response, answer_bytes)
-        body, encoding = compressed(body, headers.get("Accept-Encoding", ""))
-        more: tuple[Header, ...] = () if header_length is None else ((HEADER_LENGTH, str(header_length)),)
-        if encoding is not None:
-            more += (("Content-Encoding", encoding),)
-        return body, content_type, more
-
-
-def direct_infer_route(executor: Executor, policy: HttpPolicy) -> DirectRoute:
-    dataplane = OipDataplane(executor, OIP_HTTP)
-    return DirectRoute(MODEL + r"/infer", DirectInfer, executor, policy, dataplane=dataplane)
-
-
-def binary_outputs(request: OipRequest, response: OipResponse) -> set[str]:
-    """Outputs sent in binary: as each requested output says, else as the request-level flag says."""
-    chosen = {wanted.name: wanted.binary for wanted in request.outputs if wanted.binary is not None}
-    default = request.binary_output
-    return {t.name for t in response.outputs if chosen.get(t.name, default)}
-
-
-class GenerateHandler(InferBase):
-    """Triton's generate extension: named JSON values in, JSON out; `generate_stream` answers with
-    server-sent events, one per message the model streams."""
+        self.life.start(key)
 
     async def post(self, model: str, version: str | None = None) -> None:
-        entry = self.dataplane.entry(model, version or "")
-        specs = {s.name: (s.datatype, s.shape) for s in entry.inputs}
-        limits = self.executor.server_settings.limits
-        inputs, parameters, rid = oip_generate.decode_generate(self.body(), specs, limits)
-        request = OipRequest(inputs, id=rid, parameters=parameters)
-        if not self.stream:
-            response = await self.run(model, version, request)
-            if response is not None:
-                self.send(encode_generate_answer(response, self.policy.answer_bytes), _JSON)
-            return
-        await self.run_events(model, version or "", request)
-
-    async def run_events(self, model: str, version: str, request: OipRequest) -> None:
-        ctx = self.context(request, streaming=True)
+        body = inflated(self.body, self.request.headers.get("Content-Encoding", ""), self.policy.body_bytes)
+        request = generate_request(self.dataplane, model, version or "", body, self.policy.limits)
+        self.adopt_request_id(request.id)
+        ctx = self.dataplane.context(request, self.request_id, streaming=True)
+        self.cancel_on_close(ctx.cancel)
         abort_on_stall(self, ctx)
         started = False
         try:
-            async for response in self.dataplane.infer_stream(model, version, request, ctx):
+            async for response in self.dataplane.infer_stream(model, version or "", request, ctx):
                 event = encode_generate_answer(response, self.policy.answer_bytes)
                 if not started:
                     self.set_header("Content-Type", "text/event-stream")
@@ -299,29 +264,23 @@ class GenerateHandler(InferBase):
                 self.write(b"data: " + event + b"\n\n")
                 await self.flush()
         except (StreamClosedError, asyncio.CancelledError):
-            self.mark_client_gone()
+            self.cancel()
             ctx.cancel()
             return
         except GrpsError as exc:
             ctx.cancel()  # a message refused here (too large) leaves the model streaming: stop it
             if not started:
                 raise
-            self.mark_failed(exc)
+            self.fail(exc)
             self.write(b"data: " + oip_json.encode_error(status.public_message(exc)) + b"\n\n")
-        if not self._finished:
+        if not self.answered:
             self.finish()
 
 
-def oip_routes(executor: Executor) -> list[tuple[str, type[BaseHandler], dict[str, Any]]]:
-    base: dict[str, Any] = {"executor": executor, "dataplane": OipDataplane(executor, OIP_HTTP)}
+def oip_stream_routes(
+    executor: Executor, dataplane: OipDataplane
+) -> list[tuple[str, type[BaseHandler], dict[str, Any]]]:
+    """The /v2 routes Tornado serves: the streaming one."""
     return [
-        (r"/v2/?", ServerMetadataHandler, base),
-        (r"/v2/health/live", HealthHandler, {**base, "action": "live"}),
-        (r"/v2/health/ready", HealthHandler, {**base, "action": "ready"}),
-        (MODEL + r"/?", ModelMetadataHandler, base),
-        (MODEL + r"/ready", ModelReadyHandler, base),
-        (MODEL + r"/config", ModelConfigHandler, base),
-        (MODEL + r"/infer", InferRoute, base),
-        (MODEL + r"/generate", GenerateHandler, {**base, "stream": False}),
-        (MODEL + r"/generate_stream", GenerateHandler, {**base, "stream": True}),
+        (MODEL + r"/generate_stream", GenerateStreamHandler, {"executor": executor, "dataplane": dataplane})
     ]

@@ -16,6 +16,7 @@ from grps_py.core.context import GrpsContext
 from grps_py.core.errors import GrpsError
 from grps_py.core.types import InferRequest, InferResponse, Payload, PayloadKind
 from grps_py.http.base import BaseHandler
+from grps_py.http.direct import Answer
 
 TRUE_WORDS = frozenset({"1", "true", "yes", "on"})
 OCTET_STREAM = "application/octet-stream"
@@ -74,6 +75,16 @@ def abort_on_stall(handler: BaseHandler, ctx: GrpsContext) -> None:
     ctx.on_stall(abort)
 
 
+def payload_answer(payload: Payload, return_ndarray: bool, answer_bytes: int) -> Answer:
+    """A unary grps answer: `bin_data` raw as octet-stream, anything else as grps JSON, once it is known
+    to fit `answer_bytes` (limits.http_answer_bytes; checked before it is encoded: AnswerTooLarge, 500)."""
+    payload = grps_answer(payload, return_ndarray, answer_bytes)
+    data = raw_bytes(payload)
+    if data is not None:
+        return Answer(data, OCTET_STREAM)
+    return Answer(grps_json.encode_response(payload, return_ndarray=return_ndarray))
+
+
 def json_line(payload: Payload) -> bytes:
     """One streamed message: raw bytes as they are, anything else one JSON document and a newline."""
     data = raw_bytes(payload)
@@ -87,24 +98,19 @@ class PredictBase(BaseHandler):
     inference = True
 
     def on_connection_close(self) -> None:
-        super().on_connection_close()
         if self._request is not None:
-            self._request.context.cancel()
+            self.cancel_on_close(self._request.context.cancel)
+        super().on_connection_close()
 
     def write_payload(self, payload: Payload, return_ndarray: bool = False) -> None:
-        """A `bin_data` answer goes back raw as octet-stream; anything else as grps JSON, once the answer is
-        known to fit limits.http_answer_bytes (checked before it is encoded: AnswerTooLarge, 500)."""
-        payload = grps_answer(payload, return_ndarray, self.policy.answer_bytes)
-        data = raw_bytes(payload)
-        if data is not None:
-            self.set_header("Content-Type", OCTET_STREAM)
-            self.finish(data)
-            return
-        self.write_json(grps_json.encode_response(payload, return_ndarray=return_ndarray))
+        """The unary answer, as the unary route writes it (`payload_answer`)."""
+        answer = payload_answer(payload, return_ndarray, self.policy.answer_bytes)
+        self.set_header("Content-Type", answer.content_type)
+        self.finish(answer.body)
 
     async def run(self, request: InferRequest, content_type: str) -> InferResponse | None:
         """Stream the answer when the request asked for it (returns None); else return the answer."""
-        self.mark_started(self.executor.model_key(request.model))
+        self.life.start(self.executor.model_key(request.model))
         if request.context.if_streaming():
             await self.run_streaming(request, content_type)
             return None
@@ -137,18 +143,18 @@ class PredictBase(BaseHandler):
                 self.write(encode(response.payload))
                 await self.flush()
         except (StreamClosedError, asyncio.CancelledError):
-            self.mark_client_gone()
+            self.cancel()
             request.context.cancel()
             return
         except GrpsError as exc:
             if not started:
                 raise
             # Headers are gone: the error travels as the stream's last message (and in the record).
-            code = self.mark_failed(exc)
+            code = self.fail(exc)
             self.write(grps_json.encode_status(code, status.public_message(exc), False) + b"\n")
         if not started and self.answer_instead_of_stream(request):
             return
-        if not self._finished:
+        if not self.answered:
             self.finish()
 
     def answer_instead_of_stream(self, request: InferRequest) -> bool:

@@ -16,6 +16,7 @@ import tornado.web
 from grps_py.core.errors import InvalidInput, ModelNotFound
 from grps_py.core.executor import Executor
 from grps_py.http.base import BaseHandler, NotFoundHandler
+from grps_py.http.policy import POLICY_SETTING, HttpPolicy, http_policy
 from grps_py.metrics import WINDOWS, ServerMetrics
 
 Route = tuple[str, type[tornado.web.RequestHandler], dict[str, Any]]
@@ -28,7 +29,8 @@ class MonitorHandler(BaseHandler):
 
     def initialize(self, executor: Executor, metrics: ServerMetrics | None = None, **_: Any) -> None:
         super().initialize(executor)
-        self.metrics: ServerMetrics = metrics if metrics is not None else executor.metrics
+        assert metrics is not None, "the monitoring routes are built with the server's metrics"
+        self.metrics = metrics
 
     def write_document(self, doc: Any) -> None:
         self.set_header("Cache-Control", "no-store")  # live data: a cached answer is a wrong answer
@@ -125,8 +127,8 @@ def dashboard_page(directory: Path = DASHBOARD_DIR) -> bytes:
     return html.encode("utf-8")
 
 
-def monitor_routes(executor: Executor, metrics: ServerMetrics | None = None) -> list[Route]:
-    """The monitoring routes of the HTTP port; `metrics` defaults to the executor's."""
+def monitor_routes(executor: Executor, metrics: ServerMetrics) -> list[Route]:
+    """The monitoring routes of the HTTP port."""
     base: dict[str, Any] = {"executor": executor, "metrics": metrics}
     return [
         (r"/", DashboardHandler, {"executor": executor, "page": dashboard_page()}),
@@ -137,11 +139,16 @@ def monitor_routes(executor: Executor, metrics: ServerMetrics | None = None) -> 
     ]
 
 
-def build_metrics_app(executor: Executor, metrics: ServerMetrics | None = None) -> tornado.web.Application:
-    """The application of the separate `metrics.port`: /metrics only."""
-    return tornado.web.Application(
+def build_metrics_app(
+    executor: Executor, metrics: ServerMetrics, policy: HttpPolicy | None = None
+) -> tornado.web.Application:
+    """The application of the separate `metrics.port`: /metrics only, under `policy` (by default the
+    server's own limits: its route is open)."""
+    app = tornado.web.Application(
         [(r"/metrics", PrometheusHandler, {"executor": executor, "metrics": metrics})],
         default_handler_class=NotFoundHandler,
         default_handler_args={"executor": executor},
         compress_response=False,
     )
+    app.settings[POLICY_SETTING] = policy or http_policy(executor.server_settings)
+    return app
