@@ -19,7 +19,9 @@ from grps_py.core.telemetry import RequestRecord
 from grps_py.logs import ACCESS_LOGGER, LOG_FILE, LOGGERS, setup_logging
 from grps_py.server import GrpsServer
 
-PROJECTS = Path(__file__).parent / "projects"
+TESTS = Path(__file__).resolve().parent
+REPO = TESTS.parent
+PROJECTS = TESTS / "projects"
 # What HTTP statuses and gRPC codes mean, so tests over both protocols compare categories.
 HTTP_CATEGORY = {
     200: "ok",

@@ -1,7 +1,16 @@
-"""The same cases over HTTP (JSON) and gRPC: same answers, same error categories, server keeps serving."""
+"""The same cases through every way a predict can be reached: same answers, same error categories, and
+the server keeps serving.
+
+- `http`: POST /grps/v1/infer/predict, a unary route answered on the connection (http/direct.py);
+- `http-tornado`: the same route on a server whose streaming switch is a body key (`ctrl_mode:
+  body_param`), which Tornado's web layer answers (`PredictHandler`, http/grps.py);
+- `http-alias`: a custom route that is the predict API under another path (`customized_body: false`);
+- `grpc`: GrpsService.Predict.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any, Protocol
 
 import grpc
@@ -11,7 +20,7 @@ import pytest
 from google.protobuf import json_format
 
 from grps_py.protos import grps_pb2, grps_pb2_grpc
-from support import GRPC_CATEGORY, HTTP_CATEGORY
+from support import BASIC, GRPC_CATEGORY, HTTP_CATEGORY, ServerThread, start_project
 
 
 class Transport(Protocol):
@@ -19,11 +28,12 @@ class Transport(Protocol):
 
 
 class HttpTransport:
-    def __init__(self, client: httpx.Client) -> None:
+    def __init__(self, client: httpx.Client, path: str = "/grps/v1/infer/predict") -> None:
         self.client = client
+        self.path = path
 
     def predict(self, doc: dict[str, Any]) -> tuple[str, dict[str, Any] | str]:
-        reply = self.client.post("/grps/v1/infer/predict", json=doc)
+        reply = self.client.post(self.path, json=doc)
         body = reply.json()
         category = HTTP_CATEGORY[reply.status_code]
         assert body["status"]["status"] == ("SUCCESS" if category == "ok" else "FAILURE")
@@ -50,9 +60,30 @@ class GrpcTransport:
         return "ok", body
 
 
-@pytest.fixture(params=["http", "grpc"])
+@pytest.fixture(scope="module")
+def tornado_server() -> Iterator[ServerThread]:
+    """The basic project with `ctrl_mode: body_param` (every predict through Tornado) and an alias route."""
+    running = start_project(BASIC, server_conf=BASIC / "conf" / "server_body_ctrl.yml")
+    yield running
+    running.stop()
+
+
+@pytest.fixture(scope="module")
+def tornado_http(tornado_server: ServerThread) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=tornado_server.http_url, timeout=30) as client:
+        yield client
+
+
+@pytest.fixture(params=["http", "http-tornado", "http-alias", "grpc"])
 def transport(request: pytest.FixtureRequest, http: httpx.Client, grps_stub: Any) -> Transport:
-    return HttpTransport(http) if request.param == "http" else GrpcTransport(grps_stub)
+    if request.param == "http":
+        return HttpTransport(http)
+    if request.param == "grpc":
+        return GrpcTransport(grps_stub)
+    client = request.getfixturevalue("tornado_http")
+    return HttpTransport(
+        client, "/grps/v1/infer/predict" if request.param == "http-tornado" else "/my/predict"
+    )
 
 
 def tensor(name: str, dtype: str, shape: list[int], field: str, values: list[Any]) -> dict[str, Any]:

@@ -15,9 +15,9 @@ import grpc
 import httpx
 import pytest
 
+from grps_py.access import AccessGuard, bearer_token, grpc_peer_is_local, is_loopback
 from grps_py.core.errors import ConfigError, PermissionDenied, Unauthenticated
 from grps_py.core.protection import SecuritySettings
-from grps_py.http.auth import AccessGuard, bearer_token, grpc_peer_is_local, is_loopback
 from grps_py.protos import grps_pb2, grps_pb2_grpc, open_inference_pb2, open_inference_pb2_grpc
 from support import BASIC, LIGHT_INFERENCE, ServerThread, start_project
 

@@ -1,4 +1,4 @@
-"""Models whose answers are larger than an HTTP answer may be, for tests/test_answer_size.py."""
+"""Models whose answers are larger than an HTTP answer may be, for tests/http/test_answer_size.py."""
 
 from __future__ import annotations
 

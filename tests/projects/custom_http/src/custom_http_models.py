@@ -1,4 +1,4 @@
-"""Models for the custom HTTP routes test (tests/test_custom_http.py)."""
+"""Models for the custom HTTP routes test (tests/http/test_custom_http.py)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Models for tests/test_declared_inputs.py: what a model that declares tensor inputs is sent."""
+"""Models for tests/core/test_declared_inputs.py: what a model that declares tensor inputs is sent."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The model of the HTTP framing test project (tests/fuzz/test_http_differential.py)."""
+"""The model of the HTTP framing test project (tests/http/test_http_differential.py)."""
 
 from __future__ import annotations
 

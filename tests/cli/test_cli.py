@@ -19,9 +19,9 @@ import pytest
 
 from grps_py.cli import main
 from grps_py.cli.messages import InputError, parse_tensor
-from support import BASIC
+from support import BASIC, REPO
 
-ONNX_MODEL = Path(__file__).parent.parent / "models" / "default.onnx"
+ONNX_MODEL = REPO / "models" / "default.onnx"
 
 LISTENING = re.compile(r"listening: http \S+:(\d+) grpc (\d+)")
 # The basic project's test models, without the torch and onnx ones (quick to start).

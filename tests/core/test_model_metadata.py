@@ -4,7 +4,6 @@ batching (max_batch_size 0: the server does not batch it) and on the device the 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,7 +13,7 @@ from google.protobuf import json_format
 
 from grps_py import GrpsContext, GrpsMessage, ModelInferer, inferer_register
 from grps_py.client import GrpsClient
-from support import BASIC, ServerThread, start_project
+from support import BASIC, REPO, ServerThread, start_project
 
 
 class AsyncUpper(ModelInferer):
@@ -28,7 +27,7 @@ class AsyncUpper(ModelInferer):
 # register other models as "upper".
 inferer_register.register("metadata_test_async_upper", AsyncUpper())
 
-ONNX_MODEL = Path(__file__).parent.parent / "models" / "default.onnx"
+ONNX_MODEL = REPO / "models" / "default.onnx"
 INFERENCE = f"""\
 models:
   - {{name: echo, version: "1.0", inferer_type: customized, inferer_name: echo, converter_type: none}}

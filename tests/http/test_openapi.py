@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import zlib
 from collections.abc import Iterator, Mapping
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -27,9 +26,9 @@ from schemathesis.checks import (
 )
 from schemathesis.config import SchemathesisConfig
 
-from support import BASIC, ServerThread, start_project
+from support import BASIC, REPO, ServerThread, start_project
 
-OPENAPI = Path(__file__).resolve().parent.parent / "openapi.yaml"
+OPENAPI = REPO / "openapi.yaml"
 EXAMPLES = int(os.environ.get("OPENAPI_EXAMPLES", "25"))
 CHECKS = [
     status_code_conformance,
@@ -38,7 +37,7 @@ CHECKS = [
     response_schema_conformance,
 ]
 
-# Not schemathesis.toml (the settings of the `st run` the docs show, tests/test_openapi_cli.py): this
+# Not schemathesis.toml (the settings of the `st run` the docs show, tests/cli/test_openapi_cli.py): this
 # run chooses its own checks, examples and target.
 schema = schemathesis.openapi.from_path(OPENAPI, config=SchemathesisConfig())
 schema.config.generation.update(modes=[GenerationMode.POSITIVE, GenerationMode.NEGATIVE])

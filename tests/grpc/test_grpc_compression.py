@@ -20,7 +20,7 @@ import grpc
 import pytest
 
 from grps_py.protos import grps_pb2, grps_pb2_grpc
-from support import BASIC, LIGHT_INFERENCE, ServerThread, start_project
+from support import BASIC, LIGHT_INFERENCE, TESTS, ServerThread, start_project
 
 Msg = grps_pb2.GrpsMessage
 MIB = 1 << 20
@@ -62,7 +62,7 @@ def peak_rss(pid: int) -> int:
 def served_apart(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[subprocess.Popen[str], str]]:
     """A server with the default limits in a process of its own, and its gRPC target."""
     inference_conf, server_conf = write_project(tmp_path_factory.mktemp("compression"))
-    tests = Path(__file__).parent
+    tests = TESTS
     path = os.pathsep.join([str(tests.parent), str(tests), os.environ.get("PYTHONPATH", "")])
     proc = subprocess.Popen(
         [sys.executable, "-c", SERVE, str(inference_conf), str(server_conf)],

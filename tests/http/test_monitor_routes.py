@@ -13,7 +13,7 @@ import tornado.httpserver
 import tornado.netutil
 from prometheus_client.parser import text_string_to_metric_families
 
-from grps_py.http.monitor import SERIES, build_metrics_app
+from grps_py.http.metrics_routes import SERIES, build_metrics_app
 from support import BASIC, ServerThread, start_project
 
 PREDICT = "/grps/v1/infer/predict"
@@ -160,7 +160,9 @@ def test_dashboard_page_is_self_contained(http: httpx.Client) -> None:
 
 def test_separate_metrics_app_serves_only_metrics(basic_server: ServerThread) -> None:
     async def listen() -> tuple[tornado.httpserver.HTTPServer, int]:
-        server = tornado.httpserver.HTTPServer(build_metrics_app(basic_server.server.executor))
+        server = tornado.httpserver.HTTPServer(
+            build_metrics_app(basic_server.server.executor, basic_server.server.metrics)
+        )
         sockets = tornado.netutil.bind_sockets(0, "127.0.0.1")
         server.add_sockets(sockets)
         return server, sockets[0].getsockname()[1]

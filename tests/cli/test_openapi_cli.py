@@ -20,7 +20,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+from support import REPO
+
+ROOT = REPO
 ST = Path(sys.executable).parent / "st"
 LISTENING = re.compile(r"listening: http \S+:(\d+) ")
 # Where schemathesis and Hypothesis would write in the working directory if the settings let them.

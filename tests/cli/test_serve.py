@@ -16,9 +16,9 @@ import httpx
 import orjson
 import pytest
 
-from support import BASIC
+from support import BASIC, REPO
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = REPO
 LISTENING = re.compile(r"listening: http \S+:(\d+) grpc (\S+)")
 
 

@@ -241,13 +241,13 @@ def test_a_path_in_a_builtin_api_space_stops_start_up(tmp_path: Path) -> None:
 
 def test_a_path_that_a_builtin_route_matches_stops_start_up() -> None:
     """Beyond the reserved prefixes, the route table itself is checked (settings built in code)."""
-    from grps_py.http.app import route_table
+    from grps_py.http.app import HttpRoutes
 
     probe = GrpsServer.from_project(PROJECT)
     route = CustomizedPredictHttp(path="/v2", customized_body=True)
     settings = ServerSettings(interface=InterfaceSettings(customized_predict_http=(route,)))
     with pytest.raises(ConfigError, match=r"path '/v2' is a built-in route"):
-        route_table(probe.executor, settings)
+        HttpRoutes(probe.executor, settings, probe.metrics)
 
 
 def test_model_code_sees_only_its_own_request(http: httpx.Client) -> None:

@@ -4,15 +4,14 @@ the same list, HEAD is GET without the body, and an unknown path is a 404 whatev
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import pytest
 import yaml
 
-from support import PROJECTS, ServerThread, start_project
+from support import PROJECTS, REPO, ServerThread, start_project
 
-OPENAPI = Path(__file__).resolve().parent.parent / "openapi.yaml"
+OPENAPI = REPO / "openapi.yaml"
 IMPLICIT = {"HEAD", "OPTIONS"}  # answered for every route that takes GET (HEAD) or any method (OPTIONS)
 
 

@@ -16,8 +16,8 @@ import grpc
 import httpx
 import pytest
 
+from grps_py.access import refuse_cross_site
 from grps_py.core.errors import PermissionDenied
-from grps_py.http.auth import refuse_cross_site
 from grps_py.protos import grps_pb2, grps_pb2_grpc
 from support import BASIC, LIGHT_INFERENCE, ServerThread, start_project
 

@@ -18,12 +18,12 @@ from pathlib import Path
 import httpx
 import pytest
 
-from support import ServerThread
+from support import TESTS, ServerThread
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(900)]  # the first run may install Chromium
 
 BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
-OUTPUT = Path(__file__).parent / "output"
+OUTPUT = TESTS / "output"
 PREDICT = "/grps/v1/infer/predict"
 # The series the page draws, each once: these when the server has them, and every GPU's two.
 CHARTED = {
