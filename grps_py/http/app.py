@@ -27,6 +27,7 @@ from grps_py.http.grps import GrpsRoutes, grps_stream_routes
 from grps_py.http.metrics_routes import monitor_routes
 from grps_py.http.oip import OipRoutes, oip_stream_routes
 from grps_py.http.policy import POLICY_SETTING, HttpPolicy, http_policy
+from grps_py.lifecycle import INFERENCE
 from grps_py.metrics import ServerMetrics
 
 Route = tuple[str, type[tornado.web.RequestHandler], dict[str, Any]]
@@ -62,10 +63,13 @@ class HttpRoutes:
         self.policy: HttpPolicy = http_policy(settings)
         ctrl = settings.interface.predict_streaming_ctrl
         dataplane = OipDataplane(executor, OIP_HTTP)
-        self.unary: list[UnaryRoute] = [
+        unary = [
             *GrpsRoutes(executor, self.policy, ctrl).unary_routes(),
             *OipRoutes(dataplane, self.policy).unary_routes(),
         ]
+        # Tried in order for every request: the inference routes first, so an infer or predict is
+        # matched after a pattern or two rather than after every health and metadata one.
+        self.unary: list[UnaryRoute] = sorted(unary, key=lambda route: route.access != INFERENCE)
         builtin: list[Route] = [
             *grps_stream_routes(executor, ctrl),
             *oip_stream_routes(executor, dataplane),

@@ -53,7 +53,7 @@ if TYPE_CHECKING:
 JSON = "application/json"
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Answer:
     """What a unary route answers: a body in one piece, its type, its status and any more headers."""
 
