@@ -177,3 +177,20 @@ def test_generated_protobuf_code_is_fresh(tmp_path: Path) -> None:
         tmp_path, ROOT / "grps_py" / "protos", generated, shallow=False
     )
     assert not mismatch and not missing, f"stale generated code: {mismatch + missing}; run `make proto`"
+
+
+def test_the_route_table_shows_every_route_and_the_layer_that_serves_it() -> None:
+    rows = {(row.pattern, row.layer): row for row in http_routes().table()}
+    infer = rows[(r"/v2/models/([^/]+)(?:/versions/([^/]+))?/infer", "connection")]
+    assert infer.methods == ("OPTIONS", "POST")
+    assert rows[("/grps/v1/health/live", "connection")].methods == ("GET", "HEAD", "OPTIONS", "POST")
+    # a predict is the connection's when unary, Tornado's when it streams: both rows are listed
+    assert {layer for pattern, layer in rows if pattern == "/grps/v1/infer/predict"} == {
+        "connection",
+        "tornado",
+    }
+    assert (r"/v2/models/([^/]+)(?:/versions/([^/]+))?/generate_stream", "tornado") in rows
+    assert ("/metrics", "tornado") in rows
+    table = http_routes().table()
+    first_tornado = next(i for i, row in enumerate(table) if row.layer == "tornado")
+    assert all(row.layer == "connection" for row in table[:first_tornado])  # matched first
