@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+import httpx
+import pytest
 
 from grps_py.core.config import LogSettings
 from grps_py.core.telemetry import RequestRecord
@@ -164,6 +166,29 @@ def start_light(root: Path) -> ServerThread:
     (root / "server.yml").write_text("interface:\n  host: 127.0.0.1\n  port: 0,0\n")
     (root / "inference.yml").write_text(LIGHT_INFERENCE)
     return start_project(BASIC, inference_conf=root / "inference.yml", server_conf=root / "server.yml")
+
+
+def light_server_fixtures(name: str) -> tuple[Any, Any, Any]:
+    """`server` (start_light, once per module), `http` and `channel` fixtures for it: a test module
+    takes them with `server, http, channel = light_server_fixtures("its name")`."""
+
+    @pytest.fixture(scope="module")
+    def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerThread]:
+        running = start_light(tmp_path_factory.mktemp(name))
+        yield running
+        running.stop()
+
+    @pytest.fixture
+    def http(server: ServerThread) -> Iterator[httpx.Client]:
+        with httpx.Client(base_url=server.http_url, timeout=30) as client:
+            yield client
+
+    @pytest.fixture
+    def channel(server: ServerThread) -> Iterator[grpc.Channel]:
+        with grpc.insecure_channel(server.grpc_target) as chan:
+            yield chan
+
+    return server, http, channel
 
 
 @contextmanager

@@ -25,7 +25,7 @@ from grps_py.logs import (
     write_access_line,
 )
 from grps_py.protos import grps_pb2, grps_pb2_grpc, open_inference_pb2, open_inference_pb2_grpc
-from support import ServerThread, logging_to, start_light
+from support import light_server_fixtures, logging_to
 
 Msg = grps_pb2.GrpsMessage
 FORGED = "2026-01-01 00:00:00,000 INFO [-] grps_py.access: POST /admin/grant 200"
@@ -38,24 +38,7 @@ def oip_input(name: str = "x", datatype: str = "FP32") -> dict[str, object]:
     return {"name": name, "datatype": datatype, "shape": [1], "data": [1.5]}
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerThread]:
-    root = tmp_path_factory.mktemp("forging")
-    running = start_light(root)
-    yield running
-    running.stop()
-
-
-@pytest.fixture
-def http(server: ServerThread) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=server.http_url, timeout=30) as client:
-        yield client
-
-
-@pytest.fixture
-def channel(server: ServerThread) -> Iterator[grpc.Channel]:
-    with grpc.insecure_channel(server.grpc_target) as chan:
-        yield chan
+server, http, channel = light_server_fixtures("forging")
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ from grps_py.core.config import LogSettings
 from grps_py.core.untrusted import shown
 from grps_py.logs import flush_access_log
 from grps_py.protos import grps_pb2, grps_pb2_grpc, open_inference_pb2, open_inference_pb2_grpc
-from support import ServerThread, logging_to, start_light
+from support import light_server_fixtures, logging_to
 
 Msg = grps_pb2.GrpsMessage
 OURS = re.compile(r"[0-9a-f]{16,}")  # request_ids.new_request_id
@@ -28,24 +28,7 @@ INFER = "/v2/models/identity/infer"
 OIP_DOC = {"inputs": [{"name": "x", "datatype": "FP32", "shape": [1], "data": [1.5]}]}
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerThread]:
-    root = tmp_path_factory.mktemp("request_ids")
-    running = start_light(root)
-    yield running
-    running.stop()
-
-
-@pytest.fixture
-def http(server: ServerThread) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=server.http_url, timeout=30) as client:
-        yield client
-
-
-@pytest.fixture
-def channel(server: ServerThread) -> Iterator[grpc.Channel]:
-    with grpc.insecure_channel(server.grpc_target) as chan:
-        yield chan
+server, http, channel = light_server_fixtures("request_ids")
 
 
 @pytest.fixture

@@ -4,7 +4,6 @@ forms Python's int() takes (`1_000`, `+5`, ` 5 `, `١٢`) answer 400 / INVALID_A
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from urllib.parse import quote
 
 import grpc
@@ -15,7 +14,7 @@ from grps_py.core.errors import InvalidInput
 from grps_py.core.untrusted import decimal
 from grps_py.http.base import int_control
 from grps_py.protos import grps_pb2, grps_pb2_grpc, open_inference_pb2, open_inference_pb2_grpc
-from support import ServerThread, start_light
+from support import light_server_fixtures
 
 Msg = grps_pb2.GrpsMessage
 GOOD = ["0", "10000000", "0010000000", "9" * 18]  # as a timeout: none, or 10 s and more
@@ -25,24 +24,7 @@ INFER = "/v2/models/identity/infer"
 OIP_DOC = {"inputs": [{"name": "x", "datatype": "FP32", "shape": [1], "data": [1.5]}]}
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerThread]:
-    root = tmp_path_factory.mktemp("int_controls")
-    running = start_light(root)
-    yield running
-    running.stop()
-
-
-@pytest.fixture
-def http(server: ServerThread) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=server.http_url, timeout=30) as client:
-        yield client
-
-
-@pytest.fixture
-def channel(server: ServerThread) -> Iterator[grpc.Channel]:
-    with grpc.insecure_channel(server.grpc_target) as chan:
-        yield chan
+server, http, channel = light_server_fixtures("int_controls")
 
 
 def test_the_rule() -> None:
