@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -276,3 +277,25 @@ def test_sigterm_with_a_hung_model_exits_0_without_waiting_for_its_thread(tmp_pa
         server.proc.send_signal(signal.SIGTERM)
         assert server.proc.wait(15) == 0
     assert any("exiting with 1 model thread(s) still running: model-hang-1-0" in line for line in server.log)
+
+
+def test_a_connection_accepted_before_the_listeners_closed_is_served_when_its_request_comes_after() -> None:
+    """A client whose connection the server accepted, but whose request had not arrived yet when the
+    listeners closed (it connected in the drain's last instant), is answered, not reset: the drain
+    counts a connection with no request yet as busy for its first moments."""
+    server = start_project(PROJECTS / "faults")
+    host, port = server.http_url.removeprefix("http://").rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        time.sleep(0.1)  # the server has taken the connection in
+        stopper = threading.Thread(target=server.stop, kwargs={"grace_s": 0.5})
+        stopper.start()
+        time.sleep(0.7)  # the grace is over: the listeners are closed, the drain waits for answers
+        sock.sendall(b"GET /grps/v1/health/live HTTP/1.1\r\nHost: x\r\n\r\n")
+        reply = b""
+        with contextlib.suppress(ConnectionResetError):
+            while chunk := sock.recv(65536):
+                reply += chunk
+        stopper.join(30)
+    head = reply.split(b"\r\n\r\n", 1)[0]
+    assert head.startswith(b"HTTP/1.1 200 "), reply
+    assert b"\r\nConnection: close" in head

@@ -33,6 +33,7 @@ import asyncio
 import contextvars
 import logging
 import re
+import time
 from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
@@ -63,6 +64,7 @@ NO_BODY_STATUSES = (204, 304)
 # and sub-delim characters but the comma, which joins two values).
 HOST = re.compile(r"(?:\[[0-9A-Fa-f:.vV]+\]|[A-Za-z0-9\-._~!$&'()*+;=%]*)(?::[0-9]*)?")
 FEED_BYTES = 16384  # parsed at a time: what arrives past a request that must wait stays unparsed
+FIRST_REQUEST_WAIT_S = 1.0  # how long the drain waits for the first request of a connection it took in
 
 
 class RequestContext:
@@ -347,6 +349,7 @@ class HttpConnection(asyncio.Protocol):
         self._unparsed = b""  # received while (or after) reading paused: parsed when it resumes
         self._unsent = 0  # the write buffer at the last sweep that saw it shrink (or fill)
         self._stall_due: float | None = None  # aborted then, unless the client takes some of it
+        self._awaiting_first_until = 0.0  # before any byte came: not idle to the drain until then
 
     @property
     def draining(self) -> bool:
@@ -362,8 +365,10 @@ class HttpConnection(asyncio.Protocol):
             return
         self.transport.set_write_buffer_limits(high=self.listener.write_buffer_bytes)
         self.due = self.listener.idle_due()
+        self._awaiting_first_until = time.monotonic() + FIRST_REQUEST_WAIT_S
 
     def data_received(self, data: bytes) -> None:
+        self._awaiting_first_until = 0.0
         if self.closed or self._rejection is not None:
             return
         if self._unparsed or self._reading_paused:  # behind bytes not parsed yet: in order
@@ -660,8 +665,12 @@ class HttpConnection(asyncio.Protocol):
         return self._lost is not None and self._lost.done()
 
     def idle(self) -> bool:
-        """Waiting for its next request with nothing buffered either way."""
+        """Waiting for its next request with nothing buffered either way. A new connection whose
+        first request has not come yet is not idle for its first FIRST_REQUEST_WAIT_S: its client
+        connected to send one (closing it now would reset that request)."""
         if self._exchanges or self._parsing is not None or self.transport is None:
+            return False
+        if self._awaiting_first_until and time.monotonic() < self._awaiting_first_until:
             return False
         return self.transport.get_write_buffer_size() == 0
 
