@@ -91,6 +91,7 @@ class LogSettings:
 @dataclass(frozen=True)
 class MetricsSettings:
     port: int | None = None  # None: /metrics on the HTTP port only; N: also on its own port (0: free)
+    triton_names: bool = False  # also export Triton's metric names (nv_inference_*), for its dashboards
 
 
 @dataclass(frozen=True)
@@ -209,7 +210,7 @@ _EVENT_LOOPS = ("auto", "uvloop", "asyncio")
 _LOG_KEYS = ("log_dir", "log_backup_count", "format", "level", "access")
 _LOG_FORMATS = ("text", "json")
 _LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
-_METRICS_KEYS = ("port",)
+_METRICS_KEYS = ("port", "triton_names")
 _INFERENCE_KEYS = ("models", "dag")
 _INFERER_KEYS = ("inferer_type", "inferer_name", "inferer_path", "inferer_args")
 _CONVERTER_KEYS = ("converter_type", "converter_name", "converter_path", "converter_args")
@@ -403,11 +404,9 @@ def _parse_log(fields: Fields, project_dir: Path) -> LogSettings:
 
 def _parse_metrics(fields: Fields) -> MetricsSettings:
     port = fields.get("port")
-    if port is None:
-        return MetricsSettings()
-    if not is_int(port) or not 0 <= port <= 65535:
+    if port is not None and (not is_int(port) or not 0 <= port <= 65535):
         fields.fail("port", port, "a port number (0 picks a free one)")
-    return MetricsSettings(port=port)
+    return MetricsSettings(port=port, triton_names=fields.boolean("triton_names", False))
 
 
 # --- inference.yml ---------------------------------------------------------------------------------

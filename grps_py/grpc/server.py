@@ -60,7 +60,9 @@ class _Routes(grpc.GenericRpcHandler):  # type: ignore[misc]
 
 def add_services(server: grpc.aio.Server, servicers: Sequence[Service]) -> None:
     """Register every rpc of the servicers' services with raw bytes in and out (no (de)serializer): its
-    boundary parses each request and serializes each answer, so it knows their sizes at no extra cost."""
+    boundary parses each request and serializes each answer, so it knows their sizes at no extra cost.
+    An rpc of the service that the servicer does not define is not registered: gRPC answers it
+    UNIMPLEMENTED."""
     routes = _Routes()
     for servicer in servicers:
         handlers = {
@@ -68,6 +70,7 @@ def add_services(server: grpc.aio.Server, servicers: Sequence[Service]) -> None:
                 handler(servicer, method.name)
             )
             for method in servicer.SERVICE.methods
+            if hasattr(type(servicer), method.name)
         }
         name = servicer.SERVICE.full_name
         routes.add(name, handlers)

@@ -26,7 +26,8 @@ if _version_not_supported:
 
 
 class GRPCInferenceServiceStub:
-    """Inference Server gRPC endpoints (the OIP six, plus Triton's streaming and model config rpcs).
+    """Inference Server gRPC endpoints (the OIP six, plus Triton's streaming, model config, statistics,
+    repository and shared-memory rpcs).
     """
 
     def __init__(self, channel):
@@ -75,10 +76,61 @@ class GRPCInferenceServiceStub:
                 request_serializer=grps__py_dot_protos_dot_open__inference__pb2.ModelConfigRequest.SerializeToString,
                 response_deserializer=grps__py_dot_protos_dot_open__inference__pb2.ModelConfigResponse.FromString,
                 _registered_method=True)
+        self.ModelStatistics = channel.unary_unary(
+                '/inference.GRPCInferenceService/ModelStatistics',
+                request_serializer=grps__py_dot_protos_dot_open__inference__pb2.ModelStatisticsRequest.SerializeToString,
+                response_deserializer=grps__py_dot_protos_dot_open__inference__pb2.ModelStatisticsResponse.FromString,
+                _registered_method=True)
+        self.RepositoryIndex = channel.unary_unary(
+                '/inference.GRPCInferenceService/RepositoryIndex',
+                request_serializer=grps__py_dot_protos_dot_open__inference__pb2.RepositoryIndexRequest.SerializeToString,
+                response_deserializer=grps__py_dot_protos_dot_open__inference__pb2.RepositoryIndexResponse.FromString,
+                _registered_method=True)
+        self.RepositoryModelLoad = channel.unary_unary(
+                '/inference.GRPCInferenceService/RepositoryModelLoad',
+                request_serializer=grps__py_dot_protos_dot_open__inference__pb2.RepositoryModelLoadRequest.SerializeToString,
+                response_deserializer=grps__py_dot_protos_dot_open__inference__pb2.RepositoryModelLoadResponse.FromString,
+                _registered_method=True)
+        self.RepositoryModelUnload = channel.unary_unary(
+                '/inference.GRPCInferenceService/RepositoryModelUnload',
+                request_serializer=grps__py_dot_protos_dot_open__inference__pb2.RepositoryModelUnloadRequest.SerializeToString,
+                response_deserializer=grps__py_dot_protos_dot_open__inference__pb2.RepositoryModelUnloadResponse.FromString,
+                _registered_method=True)
+        self.SystemSharedMemoryStatus = channel.unary_unary(
+                '/inference.GRPCInferenceService/SystemSharedMemoryStatus',
+                request_serializer=grps__py_dot_protos_dot_open__inference__pb2.SystemSharedMemoryStatusRequest.SerializeToString,
+                response_deserializer=grps__py_dot_protos_dot_open__inference__pb2.SystemSharedMemoryStatusResponse.FromString,
+                _registered_method=True)
+        self.SystemSharedMemoryRegister = channel.unary_unary(
+                '/inference.GRPCInferenceService/SystemSharedMemoryRegister',
+                request_serializer=grps__py_dot_protos_dot_open__inference__pb2.SystemSharedMemoryRegisterRequest.SerializeToString,
+                response_deserializer=grps__py_dot_protos_dot_open__inference__pb2.SystemSharedMemoryRegisterResponse.FromString,
+                _registered_method=True)
+        self.SystemSharedMemoryUnregister = channel.unary_unary(
+                '/inference.GRPCInferenceService/SystemSharedMemoryUnregister',
+                request_serializer=grps__py_dot_protos_dot_open__inference__pb2.SystemSharedMemoryUnregisterRequest.SerializeToString,
+                response_deserializer=grps__py_dot_protos_dot_open__inference__pb2.SystemSharedMemoryUnregisterResponse.FromString,
+                _registered_method=True)
+        self.CudaSharedMemoryStatus = channel.unary_unary(
+                '/inference.GRPCInferenceService/CudaSharedMemoryStatus',
+                request_serializer=grps__py_dot_protos_dot_open__inference__pb2.CudaSharedMemoryStatusRequest.SerializeToString,
+                response_deserializer=grps__py_dot_protos_dot_open__inference__pb2.CudaSharedMemoryStatusResponse.FromString,
+                _registered_method=True)
+        self.CudaSharedMemoryRegister = channel.unary_unary(
+                '/inference.GRPCInferenceService/CudaSharedMemoryRegister',
+                request_serializer=grps__py_dot_protos_dot_open__inference__pb2.CudaSharedMemoryRegisterRequest.SerializeToString,
+                response_deserializer=grps__py_dot_protos_dot_open__inference__pb2.CudaSharedMemoryRegisterResponse.FromString,
+                _registered_method=True)
+        self.CudaSharedMemoryUnregister = channel.unary_unary(
+                '/inference.GRPCInferenceService/CudaSharedMemoryUnregister',
+                request_serializer=grps__py_dot_protos_dot_open__inference__pb2.CudaSharedMemoryUnregisterRequest.SerializeToString,
+                response_deserializer=grps__py_dot_protos_dot_open__inference__pb2.CudaSharedMemoryUnregisterResponse.FromString,
+                _registered_method=True)
 
 
 class GRPCInferenceServiceServicer:
-    """Inference Server gRPC endpoints (the OIP six, plus Triton's streaming and model config rpcs).
+    """Inference Server gRPC endpoints (the OIP six, plus Triton's streaming, model config, statistics,
+    repository and shared-memory rpcs).
     """
 
     def ServerLive(self, request, context):
@@ -137,6 +189,76 @@ class GRPCInferenceServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ModelStatistics(self, request, context):
+        """Triton: get the cumulative inference statistics of one model or of all.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RepositoryIndex(self, request, context):
+        """Triton: list the models of the repository and their states.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RepositoryModelLoad(self, request, context):
+        """Triton: load or reload a model.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RepositoryModelUnload(self, request, context):
+        """Triton: unload a model.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SystemSharedMemoryStatus(self, request, context):
+        """Triton: the status of registered system shared-memory regions.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SystemSharedMemoryRegister(self, request, context):
+        """Triton: register a system shared-memory region.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SystemSharedMemoryUnregister(self, request, context):
+        """Triton: unregister a system shared-memory region (all when no name is given).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CudaSharedMemoryStatus(self, request, context):
+        """Triton: the status of registered CUDA shared-memory regions.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CudaSharedMemoryRegister(self, request, context):
+        """Triton: register a CUDA shared-memory region.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CudaSharedMemoryUnregister(self, request, context):
+        """Triton: unregister a CUDA shared-memory region (all when no name is given).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_GRPCInferenceServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -180,6 +302,56 @@ def add_GRPCInferenceServiceServicer_to_server(servicer, server):
                     request_deserializer=grps__py_dot_protos_dot_open__inference__pb2.ModelConfigRequest.FromString,
                     response_serializer=grps__py_dot_protos_dot_open__inference__pb2.ModelConfigResponse.SerializeToString,
             ),
+            'ModelStatistics': grpc.unary_unary_rpc_method_handler(
+                    servicer.ModelStatistics,
+                    request_deserializer=grps__py_dot_protos_dot_open__inference__pb2.ModelStatisticsRequest.FromString,
+                    response_serializer=grps__py_dot_protos_dot_open__inference__pb2.ModelStatisticsResponse.SerializeToString,
+            ),
+            'RepositoryIndex': grpc.unary_unary_rpc_method_handler(
+                    servicer.RepositoryIndex,
+                    request_deserializer=grps__py_dot_protos_dot_open__inference__pb2.RepositoryIndexRequest.FromString,
+                    response_serializer=grps__py_dot_protos_dot_open__inference__pb2.RepositoryIndexResponse.SerializeToString,
+            ),
+            'RepositoryModelLoad': grpc.unary_unary_rpc_method_handler(
+                    servicer.RepositoryModelLoad,
+                    request_deserializer=grps__py_dot_protos_dot_open__inference__pb2.RepositoryModelLoadRequest.FromString,
+                    response_serializer=grps__py_dot_protos_dot_open__inference__pb2.RepositoryModelLoadResponse.SerializeToString,
+            ),
+            'RepositoryModelUnload': grpc.unary_unary_rpc_method_handler(
+                    servicer.RepositoryModelUnload,
+                    request_deserializer=grps__py_dot_protos_dot_open__inference__pb2.RepositoryModelUnloadRequest.FromString,
+                    response_serializer=grps__py_dot_protos_dot_open__inference__pb2.RepositoryModelUnloadResponse.SerializeToString,
+            ),
+            'SystemSharedMemoryStatus': grpc.unary_unary_rpc_method_handler(
+                    servicer.SystemSharedMemoryStatus,
+                    request_deserializer=grps__py_dot_protos_dot_open__inference__pb2.SystemSharedMemoryStatusRequest.FromString,
+                    response_serializer=grps__py_dot_protos_dot_open__inference__pb2.SystemSharedMemoryStatusResponse.SerializeToString,
+            ),
+            'SystemSharedMemoryRegister': grpc.unary_unary_rpc_method_handler(
+                    servicer.SystemSharedMemoryRegister,
+                    request_deserializer=grps__py_dot_protos_dot_open__inference__pb2.SystemSharedMemoryRegisterRequest.FromString,
+                    response_serializer=grps__py_dot_protos_dot_open__inference__pb2.SystemSharedMemoryRegisterResponse.SerializeToString,
+            ),
+            'SystemSharedMemoryUnregister': grpc.unary_unary_rpc_method_handler(
+                    servicer.SystemSharedMemoryUnregister,
+                    request_deserializer=grps__py_dot_protos_dot_open__inference__pb2.SystemSharedMemoryUnregisterRequest.FromString,
+                    response_serializer=grps__py_dot_protos_dot_open__inference__pb2.SystemSharedMemoryUnregisterResponse.SerializeToString,
+            ),
+            'CudaSharedMemoryStatus': grpc.unary_unary_rpc_method_handler(
+                    servicer.CudaSharedMemoryStatus,
+                    request_deserializer=grps__py_dot_protos_dot_open__inference__pb2.CudaSharedMemoryStatusRequest.FromString,
+                    response_serializer=grps__py_dot_protos_dot_open__inference__pb2.CudaSharedMemoryStatusResponse.SerializeToString,
+            ),
+            'CudaSharedMemoryRegister': grpc.unary_unary_rpc_method_handler(
+                    servicer.CudaSharedMemoryRegister,
+                    request_deserializer=grps__py_dot_protos_dot_open__inference__pb2.CudaSharedMemoryRegisterRequest.FromString,
+                    response_serializer=grps__py_dot_protos_dot_open__inference__pb2.CudaSharedMemoryRegisterResponse.SerializeToString,
+            ),
+            'CudaSharedMemoryUnregister': grpc.unary_unary_rpc_method_handler(
+                    servicer.CudaSharedMemoryUnregister,
+                    request_deserializer=grps__py_dot_protos_dot_open__inference__pb2.CudaSharedMemoryUnregisterRequest.FromString,
+                    response_serializer=grps__py_dot_protos_dot_open__inference__pb2.CudaSharedMemoryUnregisterResponse.SerializeToString,
+            ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
             'inference.GRPCInferenceService', rpc_method_handlers)
@@ -189,7 +361,8 @@ def add_GRPCInferenceServiceServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class GRPCInferenceService:
-    """Inference Server gRPC endpoints (the OIP six, plus Triton's streaming and model config rpcs).
+    """Inference Server gRPC endpoints (the OIP six, plus Triton's streaming, model config, statistics,
+    repository and shared-memory rpcs).
     """
 
     @staticmethod
@@ -398,6 +571,276 @@ class GRPCInferenceService:
             '/inference.GRPCInferenceService/ModelConfig',
             grps__py_dot_protos_dot_open__inference__pb2.ModelConfigRequest.SerializeToString,
             grps__py_dot_protos_dot_open__inference__pb2.ModelConfigResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ModelStatistics(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/inference.GRPCInferenceService/ModelStatistics',
+            grps__py_dot_protos_dot_open__inference__pb2.ModelStatisticsRequest.SerializeToString,
+            grps__py_dot_protos_dot_open__inference__pb2.ModelStatisticsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RepositoryIndex(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/inference.GRPCInferenceService/RepositoryIndex',
+            grps__py_dot_protos_dot_open__inference__pb2.RepositoryIndexRequest.SerializeToString,
+            grps__py_dot_protos_dot_open__inference__pb2.RepositoryIndexResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RepositoryModelLoad(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/inference.GRPCInferenceService/RepositoryModelLoad',
+            grps__py_dot_protos_dot_open__inference__pb2.RepositoryModelLoadRequest.SerializeToString,
+            grps__py_dot_protos_dot_open__inference__pb2.RepositoryModelLoadResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RepositoryModelUnload(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/inference.GRPCInferenceService/RepositoryModelUnload',
+            grps__py_dot_protos_dot_open__inference__pb2.RepositoryModelUnloadRequest.SerializeToString,
+            grps__py_dot_protos_dot_open__inference__pb2.RepositoryModelUnloadResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SystemSharedMemoryStatus(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/inference.GRPCInferenceService/SystemSharedMemoryStatus',
+            grps__py_dot_protos_dot_open__inference__pb2.SystemSharedMemoryStatusRequest.SerializeToString,
+            grps__py_dot_protos_dot_open__inference__pb2.SystemSharedMemoryStatusResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SystemSharedMemoryRegister(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/inference.GRPCInferenceService/SystemSharedMemoryRegister',
+            grps__py_dot_protos_dot_open__inference__pb2.SystemSharedMemoryRegisterRequest.SerializeToString,
+            grps__py_dot_protos_dot_open__inference__pb2.SystemSharedMemoryRegisterResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SystemSharedMemoryUnregister(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/inference.GRPCInferenceService/SystemSharedMemoryUnregister',
+            grps__py_dot_protos_dot_open__inference__pb2.SystemSharedMemoryUnregisterRequest.SerializeToString,
+            grps__py_dot_protos_dot_open__inference__pb2.SystemSharedMemoryUnregisterResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CudaSharedMemoryStatus(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/inference.GRPCInferenceService/CudaSharedMemoryStatus',
+            grps__py_dot_protos_dot_open__inference__pb2.CudaSharedMemoryStatusRequest.SerializeToString,
+            grps__py_dot_protos_dot_open__inference__pb2.CudaSharedMemoryStatusResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CudaSharedMemoryRegister(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/inference.GRPCInferenceService/CudaSharedMemoryRegister',
+            grps__py_dot_protos_dot_open__inference__pb2.CudaSharedMemoryRegisterRequest.SerializeToString,
+            grps__py_dot_protos_dot_open__inference__pb2.CudaSharedMemoryRegisterResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CudaSharedMemoryUnregister(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/inference.GRPCInferenceService/CudaSharedMemoryUnregister',
+            grps__py_dot_protos_dot_open__inference__pb2.CudaSharedMemoryUnregisterRequest.SerializeToString,
+            grps__py_dot_protos_dot_open__inference__pb2.CudaSharedMemoryUnregisterResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -44,6 +44,16 @@ RPCS = [
     "ModelInfer",
     "ModelStreamInfer",
     "ModelConfig",
+    "ModelStatistics",
+    "RepositoryIndex",
+    "RepositoryModelLoad",
+    "RepositoryModelUnload",
+    "SystemSharedMemoryStatus",
+    "SystemSharedMemoryRegister",
+    "SystemSharedMemoryUnregister",
+    "CudaSharedMemoryStatus",
+    "CudaSharedMemoryRegister",
+    "CudaSharedMemoryUnregister",
 ]
 
 
@@ -128,6 +138,8 @@ def test_every_enum_value_matches_triton() -> None:
         "inference.DataType",
         "inference.ModelInput.Format",
         "inference.ModelInstanceGroup.Kind",
+        "inference.ModelQueuePolicy.TimeoutAction",
+        "inference.ModelSequenceBatching.Control.Kind",
     }
     for enum in enums:
         other = triton_pool().FindEnumTypeByName(enum.full_name)
@@ -252,9 +264,99 @@ SAMPLES: dict[str, dict[str, Any]] = {
             "instanceGroup": [{"name": "g", "kind": "KIND_GPU", "count": 2, "gpus": [0, 1]}],
             "dynamicBatching": {"preferredBatchSize": [2, 4], "maxQueueDelayMicroseconds": "100"},
             "modelTransactionPolicy": {"decoupled": True},
+            "parameters": {"p": {"stringValue": "v"}},
         }
     },
+    "ModelStatisticsRequest": {"name": "m", "version": "1"},
+    "ModelStatisticsResponse": {
+        "modelStats": [
+            {
+                "name": "m",
+                "version": "1",
+                "lastInference": "1700000000000",
+                "inferenceCount": "6",
+                "executionCount": "2",
+                "inferenceStats": {
+                    "success": {"count": "2", "ns": "3000"},
+                    "fail": {"count": "1", "ns": "10"},
+                    "queue": {"count": "2", "ns": "100"},
+                    "computeInput": {"count": "2", "ns": "200"},
+                    "computeInfer": {"count": "2", "ns": "2000"},
+                    "computeOutput": {"count": "2", "ns": "300"},
+                    "cacheHit": {},
+                    "cacheMiss": {},
+                },
+                "batchStats": [{"batchSize": "3", "computeInfer": {"count": "2", "ns": "2000"}}],
+                "memoryUsage": [{"type": "GPU", "id": "1", "byteSize": "1024"}],
+            }
+        ]
+    },
+    "RepositoryIndexRequest": {"repositoryName": "r", "ready": True},
+    "RepositoryIndexResponse": {
+        "models": [{"name": "m", "version": "1", "state": "UNAVAILABLE", "reason": "unloaded"}]
+    },
+    "RepositoryModelLoadRequest": {
+        "repositoryName": "r",
+        "modelName": "m",
+        "parameters": {"config": {"stringParam": "{}"}, "file:1/model.onnx": {"bytesParam": "AAE="}},
+    },
+    "RepositoryModelLoadResponse": {},
+    "RepositoryModelUnloadRequest": {
+        "modelName": "m",
+        "parameters": {"unload_dependents": {"boolParam": True}},
+    },
+    "RepositoryModelUnloadResponse": {},
+    "SystemSharedMemoryStatusRequest": {"name": "r"},
+    "SystemSharedMemoryStatusResponse": {
+        "regions": {"r": {"name": "r", "key": "/k", "offset": "8", "byteSize": "64"}}
+    },
+    "SystemSharedMemoryRegisterRequest": {"name": "r", "key": "/k", "offset": "8", "byteSize": "64"},
+    "SystemSharedMemoryRegisterResponse": {},
+    "SystemSharedMemoryUnregisterRequest": {"name": "r"},
+    "SystemSharedMemoryUnregisterResponse": {},
+    "CudaSharedMemoryStatusRequest": {"name": "c"},
+    "CudaSharedMemoryStatusResponse": {"regions": {"c": {"name": "c", "deviceId": "1", "byteSize": "64"}}},
+    "CudaSharedMemoryRegisterRequest": {"name": "c", "rawHandle": "AAE=", "deviceId": "1", "byteSize": "64"},
+    "CudaSharedMemoryRegisterResponse": {},
+    "CudaSharedMemoryUnregisterRequest": {"name": "c"},
+    "CudaSharedMemoryUnregisterResponse": {},
 }
+
+SEQUENCE_CONFIG = {
+    "name": "acc",
+    "maxBatchSize": 8,
+    "sequenceBatching": {
+        "maxSequenceIdleMicroseconds": "5000000",
+        "oldest": {"maxCandidateSequences": 4, "preferredBatchSize": [2], "maxQueueDelayMicroseconds": "100"},
+        "controlInput": [
+            {"name": "START", "control": [{"int32FalseTrue": [0, 1]}]},
+            {"name": "CORRID", "control": [{"kind": "CONTROL_SEQUENCE_CORRID", "dataType": "TYPE_UINT64"}]},
+        ],
+    },
+}
+QUEUED_CONFIG = {
+    "name": "q",
+    "dynamicBatching": {
+        "priorityLevels": "2",
+        "defaultPriorityLevel": "1",
+        "defaultQueuePolicy": {
+            "timeoutAction": "DELAY",
+            "defaultTimeoutMicroseconds": "1000",
+            "maxQueueSize": 8,
+        },
+        "priorityQueuePolicy": {"1": {"allowTimeoutOverride": True}},
+    },
+}
+
+
+@pytest.mark.parametrize("config", [SEQUENCE_CONFIG, QUEUED_CONFIG], ids=["sequence", "queue policies"])
+def test_model_configs_cross_both_ways(config: dict[str, Any]) -> None:
+    mine = json_format.ParseDict({"config": config}, ours.ModelConfigResponse())
+    other = json_format.ParseDict({"config": config}, theirs.ModelConfigResponse())
+    assert mine.SerializeToString(deterministic=True) == other.SerializeToString(deterministic=True)
+    assert json_format.MessageToDict(theirs.ModelConfigResponse.FromString(mine.SerializeToString())) == {
+        "config": config
+    }
 
 
 def test_every_message_has_a_sample() -> None:
@@ -268,6 +370,15 @@ def test_every_message_has_a_sample() -> None:
         "ModelInstanceGroup",
         "ModelDynamicBatching",
         "ModelTransactionPolicy",
+        "ModelQueuePolicy",
+        "ModelSequenceBatching",
+        "ModelParameter",
+        "StatisticDuration",
+        "InferStatistics",
+        "InferBatchStatistics",
+        "MemoryUsage",
+        "ModelStatistics",
+        "ModelRepositoryParameter",
     }
 
 
