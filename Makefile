@@ -10,15 +10,15 @@ install: $(STAMP)
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -c constraints.txt -e '.[dev]'
+	$(BIN)/python -m pip install -q -c constraints.txt -e '.[dev,flask]'
 	touch $(STAMP)
 
 serve: $(STAMP)
 	$(BIN)/grps-py serve .
 
 lint: $(STAMP)
-	$(BIN)/ruff check grps_py grps_framework src tests scripts bench examples
-	$(BIN)/ruff format --check grps_py grps_framework src tests scripts bench examples
+	$(BIN)/ruff check grps_py grps_framework grps_apis src tests scripts bench examples
+	$(BIN)/ruff format --check grps_py grps_framework grps_apis src tests scripts bench examples
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
