@@ -1,5 +1,9 @@
 """Logging setup: stderr always, plus a daily-rotated file when log.log_dir is set.
 
+Model code's own lines (grps's `clogger`, the `grps_py.user` logger) also go to `grps_usr.log` in the
+same directory, as grps writes them, rotated and capped as the server's file is; they stay in
+`grps_server.log` too, so one grep there still finds everything about a request.
+
 Every line carries the id of the request it was written for (`[id]` in text, `request_id` in JSON;
 "-" outside a request), tracebacks included, so one grep finds all of a request. A line's message is
 capped (`MAX_MESSAGE_CHARS`): a huge or binary value put in a message cannot flood the log. In the text
@@ -40,6 +44,8 @@ ACCESS_LOGGER = "grps_py.access"
 TORNADO_ACCESS_LOGGER = "tornado.access"  # replaced by ours: silenced
 ACCESS_FLUSH_S = 0.5
 LOG_FILE = "grps_server.log"
+USER_LOGGER = "grps_py.user"  # grps's `clogger`: what model code logs
+USER_LOG_FILE = "grps_usr.log"
 MAX_MESSAGE_CHARS = 4096  # per message, and per line of a traceback
 
 
@@ -305,6 +311,7 @@ def setup_logging(settings: LogSettings | None, level: int | None = None) -> Non
         DeferredStreamHandler(_stderr_buffered())
     )
     file = _file_handler(log) if settings is not None else None
+    user_file = _user_file_handler(log) if settings is not None else None
     for name in LOGGERS:
         _attach(logging.getLogger(name), level, [stderr, file])
     _attach(
@@ -313,7 +320,7 @@ def setup_logging(settings: LogSettings | None, level: int | None = None) -> Non
         [access_stderr, file],
     )
     logging.getLogger(TORNADO_ACCESS_LOGGER).setLevel(logging.CRITICAL + 1)
-    for handler in (stderr, access_stderr, file):
+    for handler in (stderr, access_stderr, file, user_file):
         if handler is not None:
             handler.setFormatter(formatter)
 
@@ -367,6 +374,35 @@ def _file_handler(settings: LogSettings) -> logging.Handler | None:
         path, when="midnight", backupCount=settings.log_backup_count, encoding="utf-8"
     )
     return _with_filters(handler)
+
+
+def user_log_handler() -> DeferredFileHandler | None:
+    """The handler writing grps_usr.log, when one is configured."""
+    for handler in logging.getLogger(USER_LOGGER).handlers:
+        if isinstance(handler, DeferredFileHandler):
+            return handler
+    return None
+
+
+def _user_file_handler(settings: LogSettings) -> logging.Handler | None:
+    """The handler of log_dir/grps_usr.log on the user logger (which also propagates to the server's
+    handlers). One at a time: a new log_dir closes the previous directory's file."""
+    if settings.log_dir is None:
+        return None
+    path = str(Path(settings.log_dir, USER_LOG_FILE).resolve())
+    user = logging.getLogger(USER_LOGGER)
+    existing = user_log_handler()
+    if existing is not None:
+        if existing.baseFilename == path:
+            return existing
+        user.removeHandler(existing)
+        existing.close()
+    settings.log_dir.mkdir(parents=True, exist_ok=True)
+    handler = _with_filters(
+        DeferredFileHandler(path, when="midnight", backupCount=settings.log_backup_count, encoding="utf-8")
+    )
+    user.addHandler(handler)
+    return handler
 
 
 def _attach(logger: logging.Logger, level: int, handlers: list[logging.Handler | None]) -> None:

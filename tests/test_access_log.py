@@ -222,11 +222,12 @@ def test_grps_grpc_request_id_in_trailing_metadata_and_record(
 
 def test_grpc_errors_carry_the_request_id_too(channel: grpc.Channel, recorder: Recorder) -> None:
     stub = grps_pb2_grpc.GrpsServiceStub(channel)
-    with pytest.raises(grpc.RpcError) as err:
-        stub.Predict(grps_pb2.GrpsMessage(model="nope-1"), metadata=(("x-request-id", "rid-404"),))
-    assert err.value.code() == grpc.StatusCode.NOT_FOUND
-    assert dict(err.value.trailing_metadata())["x-request-id"] == "rid-404"  # type: ignore[attr-defined]
-    assert "request_id=rid-404" in err.value.details()  # type: ignore[attr-defined]
+    answer, call = stub.Predict.with_call(
+        grps_pb2.GrpsMessage(model="nope-1"), metadata=(("x-request-id", "rid-404"),)
+    )
+    assert (answer.status.code, answer.status.status) == (404, grps_pb2.Status.FAILURE)  # grps's answer
+    assert dict(call.trailing_metadata())["x-request-id"] == "rid-404"
+    assert "request_id=rid-404" in answer.status.msg
     record = recorder.record("rid-404")
     assert (record.status, record.reason, record.model, record.inference) == (404, "not_found", "", True)
 
@@ -333,8 +334,8 @@ def test_every_started_request_finishes_once(
     http.post(PREDICT, json={"model": "raiser-1"})
     http.post("/v2/models/nope/infer", json=oip_infer_doc("x"))
     http.post(PREDICT + "?streaming=true", json={"model": "talker-1", "str_data": "2"})
-    with pytest.raises(grpc.RpcError):
-        grps_pb2_grpc.GrpsServiceStub(channel).Predict(grps_pb2.GrpsMessage(model="raiser-1"))
+    failed = grps_pb2_grpc.GrpsServiceStub(channel).Predict(grps_pb2.GrpsMessage(model="raiser-1"))
+    assert failed.status.status == grps_pb2.Status.FAILURE
     wait_for(lambda: len([r for r in recorder.records if r.inference]) == 5)
     time.sleep(0.1)
     inference = [r for r in recorder.records if r.inference]

@@ -222,11 +222,12 @@ def test_sigterm_under_load_answers_every_accepted_request_and_exits_0(tmp_path:
 
 def test_streams_still_running_when_the_drain_ends_are_ended_cleanly() -> None:
     """A stream longer than the drain allows ends with a last message saying the server is shutting
-    down (HTTP: a complete chunked answer; gRPC: UNAVAILABLE after the parts already sent)."""
+    down (HTTP: a complete chunked answer; gRPC: a FAILURE 503 message after the parts already sent,
+    then status OK, as grps answers)."""
     server = start_project(PROJECTS / "faults")
     url = f"{server.http_url}/grps/v1/infer/predict?streaming=true"
     http_lines: list[dict[str, object]] = []
-    grpc_parts: list[str] = []
+    grpc_parts: list[grps_pb2.GrpsMessage] = []
     grpc_errors: list[grpc.RpcError] = []
 
     def http_stream() -> None:
@@ -238,7 +239,7 @@ def test_streams_still_running_when_the_drain_ends_are_ended_cleanly() -> None:
             stub = grps_pb2_grpc.GrpsServiceStub(channel)
             try:
                 for part in stub.PredictStreaming(grps_pb2.GrpsMessage(model="streamer", str_data="400,10")):
-                    grpc_parts.append(part.str_data)
+                    grpc_parts.append(part)
             except grpc.RpcError as exc:
                 grpc_errors.append(exc)
 
@@ -257,9 +258,11 @@ def test_streams_still_running_when_the_drain_ends_are_ended_cleanly() -> None:
     assert all(line.get("str_data", "").startswith("part ") for line in http_lines[:-1])  # type: ignore[union-attr]
     last = http_lines[-1]["status"]
     assert last["code"] == 503 and "the server is shutting down" in last["msg"]  # type: ignore[index]
-    assert 1 < len(grpc_parts) < 400
-    assert grpc_errors[0].code() == grpc.StatusCode.UNAVAILABLE
-    assert "the server is shutting down" in grpc_errors[0].details()
+    assert 1 < len(grpc_parts) < 400 and not grpc_errors
+    *parts, failure = grpc_parts
+    assert all(part.str_data.startswith("part ") for part in parts)
+    assert (failure.status.code, failure.status.status) == (503, grps_pb2.Status.FAILURE)
+    assert "the server is shutting down" in failure.status.msg
 
 
 def test_sigterm_with_a_hung_model_exits_0_without_waiting_for_its_thread(tmp_path: Path) -> None:

@@ -117,12 +117,16 @@ def test_a_fault_answers_its_own_request_over_grpc(
 ) -> None:
     # A gRPC deadline replaces the model's default timeout: the hung model is answered at the call's
     # (and the client may report its own deadline first, in its own words).
-    timeout_s = 1.0 if code == grpc.StatusCode.DEADLINE_EXCEEDED else 30
-    with pytest.raises(grpc.RpcError) as err:
-        stub.Predict(grpc_message(model, body), timeout=timeout_s)
-    assert err.value.code() == code
-    assert code == grpc.StatusCode.DEADLINE_EXCEEDED or words in err.value.details()
-    assert_clean(err.value.details())
+    if code == grpc.StatusCode.DEADLINE_EXCEEDED:  # the client's own deadline keeps its gRPC code
+        with pytest.raises(grpc.RpcError) as err:
+            stub.Predict(grpc_message(model, body), timeout=1.0)
+        assert err.value.code() == code
+        assert_clean(err.value.details())
+    else:  # a failure is an answer, as grps gives it: status OK, the HTTP status in the envelope
+        answer = stub.Predict(grpc_message(model, body), timeout=30)
+        assert (answer.status.code, answer.status.status) == (http_status, grps_pb2.Status.FAILURE)
+        assert words in answer.status.msg
+        assert_clean(answer.status.msg)
     assert_healthy(faults, stub)
 
 
@@ -146,13 +150,13 @@ def test_a_stream_that_fails_ends_with_its_error(
     assert [line.get("str_data") for line in lines[:3]] == ["part 0", "part 1", "part 2"]
     assert lines[3]["status"]["code"] == 500 and "ValueError: the stream broke at <path>" in str(lines[3])
     assert len(lines) == 4
-    parts: list[str] = []
-    with pytest.raises(grpc.RpcError) as err:
-        for part in stub.PredictStreaming(Msg(model="stream_fail", str_data="x"), timeout=30):
-            parts.append(part.str_data)
-    assert parts == ["part 0", "part 1", "part 2"]
-    assert err.value.code() == grpc.StatusCode.INTERNAL and "ValueError" in err.value.details()
-    assert_clean(err.value.details())
+    call = stub.PredictStreaming(Msg(model="stream_fail", str_data="x"), timeout=30)
+    *parts, failure = list(call)  # grps's stream: the parts sent, one FAILURE message, then status OK
+    assert call.code() == grpc.StatusCode.OK
+    assert [part.str_data for part in parts] == ["part 0", "part 1", "part 2"]
+    assert (failure.status.code, failure.status.status) == (500, grps_pb2.Status.FAILURE)
+    assert "ValueError" in failure.status.msg
+    assert_clean(failure.status.msg)
     assert_healthy(faults, stub)
 
 
@@ -266,9 +270,9 @@ def test_no_answer_shows_a_path_a_traceback_or_a_token() -> None:
             stub = grps_pb2_grpc.GrpsServiceStub(channel)
             metadata = (("authorization", auth["Authorization"]),)
             for model in ("raiser", "reporter"):
-                with pytest.raises(grpc.RpcError) as err:
-                    stub.Predict(Msg(model=model, str_data="x"), metadata=metadata, timeout=30)
-                texts.append(err.value.details())
+                answer = stub.Predict(Msg(model=model, str_data="x"), metadata=metadata, timeout=30)
+                assert answer.status.status == grps_pb2.Status.FAILURE
+                texts.append(answer.status.msg)
             texts.append(str(stub.ServerMetadata(Msg(), metadata=metadata)))
         assert any("<path>" in text for text in texts)
         for text in texts:

@@ -30,7 +30,7 @@ import grps_py
 from grps_py.app_metrics import app_monitor
 from grps_py.core import model
 from grps_py.protos import grps_pb2, grps_pb2_grpc
-from support import GRPC_CATEGORY, HTTP_CATEGORY, PROJECTS, ServerThread, start_project
+from support import HTTP_CATEGORY, PROJECTS, ServerThread, start_project
 
 ROOT = Path(__file__).resolve().parent.parent
 TEMPLATE = PROJECTS / "grps_template"
@@ -131,10 +131,49 @@ def test_set_err_msg_reaches_the_client(http: httpx.Client, stub: grps_pb2_grpc.
     assert reply.status_code == 500
     status = reply.json()["status"]
     assert status["status"] == "FAILURE" and "greeter cannot greet 'fail'" in status["msg"]
-    with pytest.raises(grpc.RpcError) as caught:
-        stub.Predict(grps_pb2.GrpsMessage(str_data="fail"), timeout=30)
-    assert caught.value.code() == grpc.StatusCode.INTERNAL
-    assert "greeter cannot greet 'fail'" in (caught.value.details() or "")
+    answer, call = stub.Predict.with_call(grps_pb2.GrpsMessage(str_data="fail"), timeout=30)
+    assert call.code() == grpc.StatusCode.OK  # as grps answers: the failure is in the envelope
+    assert (answer.status.code, answer.status.status) == (500, grps_pb2.Status.FAILURE)
+    assert "greeter cannot greet 'fail'" in answer.status.msg
+
+
+def test_a_stream_that_fails_late_sends_its_messages_then_the_failure(
+    http: httpx.Client, stub: grps_pb2_grpc.GrpsServiceStub
+) -> None:
+    """grps's PredictStreaming: the parts already sent, then one FAILURE message, then status OK."""
+    call = stub.PredictStreaming(grps_pb2.GrpsMessage(str_data="fail late"), timeout=30)
+    *parts, failure = list(call)
+    assert call.code() == grpc.StatusCode.OK
+    assert [m.str_data for m in parts] == ["hello", "fail late"]
+    assert all(m.status.status == grps_pb2.Status.SUCCESS for m in parts)
+    assert (failure.status.code, failure.status.status) == (500, grps_pb2.Status.FAILURE)
+    assert "greeter failed after streaming" in failure.status.msg
+    reply = http.post(PREDICT, params={"streaming": "true"}, json={"str_data": "fail late"})
+    *chunks, last = [orjson.loads(line) for line in reply.content.splitlines()]
+    assert [chunk["str_data"] for chunk in chunks] == ["hello", "fail late"]
+    assert (last["status"]["code"], last["status"]["status"]) == (500, "FAILURE")
+
+
+def test_context_knows_the_converter_and_inferer_running_the_request(
+    http: httpx.Client, stub: grps_pb2_grpc.GrpsServiceStub
+) -> None:
+    """grps's `context.converter` / `context.inferer`, read by the greeter's own inferer."""
+    expected = "converter GreeterConverter, inferer is me: True"
+    assert http.post(PREDICT, json={"str_data": "whoami"}).json()["str_data"] == expected
+    assert stub.Predict(grps_pb2.GrpsMessage(str_data="whoami"), timeout=30).str_data == expected
+
+
+def test_context_converter_and_inferer_as_grps_sets_them() -> None:
+    from grps_framework.context.context import GrpsContext
+
+    ctx = GrpsContext()
+    assert ctx.converter is None and ctx.inferer is None  # no model runs it (grps: None too)
+    converter, inferer = grps_py.Converter(), grps_py.ModelInferer()
+    ctx.set_converter(converter)
+    ctx.set_inferer(inferer)
+    assert ctx.converter is converter and ctx.inferer is inferer
+    ctx.set_converter(model.NoneConverter())
+    assert ctx.converter is None  # converter_type none: grps has no converter either
 
 
 def test_an_error_set_in_preprocess_stops_the_request(
@@ -144,10 +183,9 @@ def test_an_error_set_in_preprocess_stops_the_request(
     reply = http.post(PREDICT, json={"str_data": "refuse"})
     assert reply.status_code == 500
     assert reply.json()["status"]["msg"].startswith("greeter converter refuses 'refuse' [request_id=")
-    with pytest.raises(grpc.RpcError) as caught:
-        stub.Predict(grps_pb2.GrpsMessage(str_data="refuse"), timeout=30)
-    assert caught.value.code() == grpc.StatusCode.INTERNAL
-    assert "greeter converter refuses 'refuse'" in (caught.value.details() or "")
+    answer = stub.Predict(grps_pb2.GrpsMessage(str_data="refuse"), timeout=30)
+    assert (answer.status.code, answer.status.status) == (500, grps_pb2.Status.FAILURE)
+    assert answer.status.msg.startswith("greeter converter refuses 'refuse' [request_id=")
 
 
 def _stacker_message(rows: list[list[float]]) -> grps_pb2.GrpsMessage:
@@ -174,10 +212,10 @@ def _stack_over_http(server: ServerThread, rows: list[list[float]]) -> tuple[str
 
 
 def _stack_over_grpc(stub: grps_pb2_grpc.GrpsServiceStub, rows: list[list[float]]) -> tuple[str, Any]:
-    try:
-        (y,) = stub.Predict(_stacker_message(rows), timeout=30).gtensors.tensors
-    except grpc.RpcError as err:
-        return GRPC_CATEGORY[err.code()], err.details()
+    answer = stub.Predict(_stacker_message(rows), timeout=30)
+    if answer.status.status == grps_pb2.Status.FAILURE:  # grps's failure answer: its HTTP status
+        return HTTP_CATEGORY[answer.status.code], answer.status.msg
+    (y,) = answer.gtensors.tensors
     return "ok", _rows({"shape": list(y.shape), "flat_float32": list(y.flat_float32)})
 
 
@@ -201,7 +239,7 @@ def test_grps_style_batching_merges_concurrent_requests(
     inputs = [[[i, i + 0.5, -0.0], [2 * i, 1, 3]] for i in range(4)]
     answers = _stack_concurrently(server, stub, inputs)
     assert answers == [("ok", [[v * 10 for v in row] for row in rows]) for rows in inputs]
-    assert batches == [(4, 8)]  # max_batch_size is 8 rows: four requests of two filled one batch
+    assert batches == [(4, 8)]  # max_batch_size 4 counts requests: four requests of two rows fill one batch
 
 
 def test_a_request_refused_in_batch_preprocess_fails_alone(
@@ -282,7 +320,8 @@ def test_clogger_lines_reach_the_server_log_handlers() -> None:
 
 
 def test_grps_py_serve_runs_the_project_unchanged(tmp_path: Path) -> None:
-    """As a user runs it: `grps-py serve PROJECT`; clogger's lines land in log_dir/grps_server.log."""
+    """As a user runs it: `grps-py serve PROJECT`; clogger's lines land in log_dir/grps_usr.log (and in
+    grps_server.log)."""
     project = tmp_path / "my_grps"
     shutil.copytree(TEMPLATE / "conf", project / "conf")
     shutil.copytree(TEMPLATE / "src", project / "src", ignore=shutil.ignore_patterns("__pycache__"))
@@ -306,6 +345,8 @@ def test_grps_py_serve_runs_the_project_unchanged(tmp_path: Path) -> None:
     log = (project / "logs" / "grps_server.log").read_text()
     assert "grps_py.user: greeter inferer load" in log
     assert "grps_py.user: greeter converter init" in log
+    user_log = (project / "logs" / "grps_usr.log").read_text()  # grps's own file for clogger's lines
+    assert "grps_py.user: greeter inferer load" in user_log and "grps_py.access" not in user_log
 
 
 def _listening_port(proc: subprocess.Popen[str]) -> int:

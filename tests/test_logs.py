@@ -20,6 +20,8 @@ from grps_py.logs import (
     LOG_FILE,
     LOGGERS,
     MAX_MESSAGE_CHARS,
+    USER_LOG_FILE,
+    USER_LOGGER,
     DeferredStreamHandler,
     JsonFormatter,
     MessageCap,
@@ -28,6 +30,7 @@ from grps_py.logs import (
     flush_access_log,
     log_file_handler,
     setup_logging,
+    user_log_handler,
 )
 
 
@@ -66,7 +69,7 @@ def test_info_lines_wait_for_flush_now_and_warnings_go_at_once() -> None:
 @contextmanager
 def configured(settings: LogSettings) -> Iterator[Path]:
     """setup_logging for one test, then the loggers as they were."""
-    names = (*LOGGERS, ACCESS_LOGGER, "tornado.access")
+    names = (*LOGGERS, ACCESS_LOGGER, USER_LOGGER, "tornado.access")
     saved = {
         n: (list(logging.getLogger(n).handlers), logging.getLogger(n).level, logging.getLogger(n).propagate)
         for n in names
@@ -187,3 +190,30 @@ def test_the_file_gets_lines_at_once_and_access_lines_when_flushed(tmp_path: Pat
         assert "a model loaded" in path.read_text() and "a request" not in path.read_text()
         flush_access_log()
         assert "a request" in path.read_text()
+
+
+def test_clogger_writes_grps_usr_log_beside_the_server_log(tmp_path: Path) -> None:
+    """grps's clogger file, rotated as the server's; the lines stay in the server log as well."""
+    from grps_framework.logger.logger import clogger, logger
+
+    with configured(LogSettings(log_dir=tmp_path, log_backup_count=3)) as path:
+        setup_logging(LogSettings(log_dir=tmp_path, log_backup_count=3))  # idempotent: one handler
+        handler = user_log_handler()
+        assert isinstance(handler, logging.handlers.TimedRotatingFileHandler)
+        assert (handler.when, handler.backupCount) == ("MIDNIGHT", 3)
+        assert [h for h in logging.getLogger(USER_LOGGER).handlers if getattr(h, "baseFilename", "")] == [
+            handler
+        ]
+        with request_scope.scoped("rid-user"):
+            clogger.info("user says %s", "hi\nforged")
+        logger.info("the server says hello")
+        clogger.info("x" * (MAX_MESSAGE_CHARS + 10))
+        user_lines = (tmp_path / USER_LOG_FILE).read_text().splitlines()
+        assert user_lines[0].endswith("INFO [rid-user] grps_py.user: user says hi\\nforged")
+        assert len(user_lines) == 2 and user_lines[1].endswith("... [10 more chars]")
+        assert "user says hi" in path.read_text() and "the server says hello" in path.read_text()
+        other = tmp_path / "other"
+        setup_logging(LogSettings(log_dir=other))  # another directory: the first file is closed
+        assert user_log_handler() is not handler and handler.stream is None
+        clogger.warning("moved")
+        assert "moved" in (other / USER_LOG_FILE).read_text()

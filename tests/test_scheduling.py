@@ -83,8 +83,10 @@ class Grps:
             try:
                 msg = grps_pb2.GrpsMessage(model=f"{model}-1", str_data=text)
                 reply = stub.Predict(msg, timeout=timeout_s, metadata=metadata)  # None: no deadline
-            except grpc.RpcError as err:
+            except grpc.RpcError as err:  # the client's own deadline
                 return GRPC_CATEGORY[err.code()], err.details(), {}
+            if reply.status.status == grps_pb2.Status.FAILURE:  # grps's failure answer: its HTTP status
+                return HTTP_CATEGORY[reply.status.code], reply.status.msg, {}
             return "ok", reply.str_data, {}
 
 

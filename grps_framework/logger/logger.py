@@ -1,13 +1,15 @@
 """grps's `grps_framework.logger.logger`: `clogger`, the log model code writes to, and `logger`.
 
-grps writes `clogger` to its own file (grps_usr.log). Here it is a child of the `grps_py` logger, so
-user lines go wherever the server's lines go (stderr and log_dir/grps_server.log, set up by
-`grps_py.logs.setup_logging`), named `grps_py.user`.
+As in grps, `clogger`'s lines go to their own file, log_dir/grps_usr.log (rotated daily and kept as
+grps_server.log is, by `grps_py.logs.setup_logging`). It is a child of the `grps_py` logger, so its lines
+also reach the server's handlers (stderr and grps_server.log), named `grps_py.user`, with the request id.
 """
 
 import logging
 
-clogger = logging.getLogger("grps_py.user")
+from grps_py.logs import USER_LOGGER
+
+clogger = logging.getLogger(USER_LOGGER)
 logger = logging.getLogger("grps_py")
 
 __all__ = ["clogger", "logger"]

@@ -1,5 +1,8 @@
 """The grps API over gRPC (`grps.protos.v1.GrpsService`), blocking and asyncio.
 
+A failed request is answered with status OK and a FAILURE envelope (as grps answers); it raises the
+same `GrpsClientError` an HTTP answer with that status raises.
+
 The blocking calls share one channel. `grpc.aio` channels belong to the event loop that made them,
 so each async stream opens its own and closes it at the end, which also cancels the call when the
 caller leaves the stream early. Timeouts are gRPC deadlines: the server sees them as the request's.
@@ -24,7 +27,8 @@ _OPTIONS = [("grpc.max_send_message_length", -1), ("grpc.max_receive_message_len
 
 
 def _checked(reply: Msg) -> Msg:
-    """A reply whose envelope says FAILURE is an error (the server uses real status codes instead)."""
+    """A reply whose envelope says FAILURE is an error: its `code` is the HTTP status (how grps, and
+    grps-py, answer a failed request over gRPC: status OK, the failure in the envelope)."""
     if reply.status.status == grps_pb2.Status.FAILURE:
         raise GrpsClientError.from_status(reply.status.code or 500, reply.status.msg)
     return reply

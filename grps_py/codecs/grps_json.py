@@ -10,6 +10,10 @@ text. A decoded `gmap` holds all six maps, empty ones included, as `grps_pb` giv
 
 Not through json_format: it finds float32 digits in Python, one value at a time.
 
+Unknown fields are ignored anywhere in the message, as grps parses (`ignore_unknown_fields`): grps's own
+template client sends a `gmap` with an `s_t` map that the proto does not have. Each ignored name is
+logged once, at DEBUG (`UnknownFieldLog`). Malformed JSON and wrong types are still refused.
+
 Where this parser is stricter than proto3 JSON, on purpose: integers other than int64 must be JSON
 numbers (not strings), floats accept only the strings "NaN", "Infinity" and "-Infinity", and shape
 entries must be integers.
@@ -19,6 +23,7 @@ from __future__ import annotations
 
 import base64
 import functools
+import logging
 import math
 from collections.abc import Callable
 from typing import Any
@@ -62,6 +67,8 @@ from grps_py.core.types import (
 from grps_py.core.untrusted import shown
 
 __all__ = ["decode_request", "encode_response", "encode_status", "shortest_float32"]
+
+log = logging.getLogger("grps_py.codecs")
 
 Array = np.ndarray[Any, Any]
 _NUMPY = orjson.OPT_SERIALIZE_NUMPY
@@ -121,14 +128,36 @@ def decode_request(body: bytes, limits: LimitsSettings = DEFAULT_LIMITS) -> tupl
     return _DATA_DECODERS[data_fields[0]](fields[data_fields[0]], limits), model
 
 
+class UnknownFieldLog:
+    """Unknown fields are ignored, as grps reads JSON (`ignore_unknown_fields`), and each name is logged
+    once (DEBUG) so a misspelt field can still be found. At most `limit` names are remembered: a client
+    sending a new name with every request cannot grow the set, nor fill the log."""
+
+    def __init__(self, limit: int = 32) -> None:
+        self.limit = limit
+        self.names: set[str] = set()
+
+    def note(self, key: str, where: str) -> None:
+        name = shown(key, 40)
+        if name in self.names or len(self.names) >= self.limit:
+            return
+        self.names.add(name)  # a set's add is atomic: decoders on several threads at worst log twice
+        log.debug("ignored unknown field '%s' in %s (logged once per name)", name, where)
+
+
+UNKNOWN_FIELDS = UnknownFieldLog()
+
+
 def _known_fields(value: Any, aliases: dict[str, str], where: str) -> dict[str, Any]:
-    """An object's fields under their proto names. Unknown or repeated fields are refused; null is absent."""
+    """An object's fields under their proto names. Unknown fields are ignored (as grps does); a field
+    given twice (as `str_data` and `strData`) is refused; null is absent."""
     fields: dict[str, Any] = {}
     seen: set[str] = set()
     for key, field_value in expect_object(value, where).items():
         name = aliases.get(key)
         if name is None:
-            raise InvalidInput(f"unknown field '{shown(key, 40)}' in {where}")
+            UNKNOWN_FIELDS.note(key, where)
+            continue
         if name in seen:
             raise InvalidInput(f"field '{name}' appears twice in {where}")
         seen.add(name)

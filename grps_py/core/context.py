@@ -167,6 +167,9 @@ class GrpsContext:
     _stream_closed = False  # a message sent with final=True was the last one
     # Set by the model node while its code runs, for stream_respond_with_postprocess.
     postprocess: Callable[[Any], Payload] | None = None
+    # The converter and inferer running the request (grps's `context.converter` / `.inferer`).
+    _converter: Any = None
+    _inferer: Any = None
 
     # -- user data and errors ------------------------------------------------------------------
     def put_user_data(self, key: Any, value: Any) -> None:
@@ -288,6 +291,29 @@ class GrpsContext:
     def time_remaining(self) -> float | None:
         return None if self._deadline is None else self._deadline - time.monotonic()
 
+    # -- the model running the request (grps) -------------------------------------------------
+    def set_converter(self, converter: Any) -> None:
+        """Called by the server where a model's instance takes the request (grps's name)."""
+        self._converter = converter
+
+    def set_inferer(self, inferer: Any) -> None:
+        """Called by the server where a model's instance takes the request (grps's name)."""
+        self._inferer = inferer
+
+    @property
+    def converter(self) -> Any:
+        """The converter of the model running this request; None for `converter_type: none` (grps has
+        no converter then) and outside model code."""
+        from grps_py.core.model import NoneConverter  # model.py imports this module
+
+        converter = self._converter
+        return None if isinstance(converter, NoneConverter) else converter
+
+    @property
+    def inferer(self) -> Any:
+        """The inferer of the model running this request; None outside model code."""
+        return self._inferer
+
     # -- custom HTTP ---------------------------------------------------------------------------
     def get_http_request(self) -> HttpRequest | None:
         return self._http_request
@@ -297,10 +323,11 @@ class GrpsContext:
         body: Any,
         status: int = 200,
         content_type: str | None = None,
-        headers: Mapping[str, str] | None = None,
+        headers: Mapping[str, str] | list[tuple[str, str]] | None = None,
     ) -> None:
-        """The custom route's answer: str (text/plain), bytes (octet-stream), a dict or list (JSON),
-        an HttpResponse, or a (body, status[, headers]) tuple. `content_type` overrides the default."""
+        """The custom route's answer: str (text/plain), bytes (octet-stream), a dict or list (JSON), an
+        iterator (streamed), an HttpResponse or flask.Response, or a (body, status), (body, headers) or
+        (body, status, headers) tuple. `content_type` overrides the default."""
         self._http_response = make_response(body, status, content_type, headers)
 
     def get_http_response(self) -> HttpResponse | None:

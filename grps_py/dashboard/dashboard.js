@@ -158,6 +158,12 @@ async function loadMeta() {
     const m = /^gpu(\d+)_(mem_)?usage\((%|MIB)\)$/.exec(name);
     if (m) specs.push({ name, title: `GPU ${m[1]} ${m[2] ? "memory" : "utilisation"}`, unit: m[2] ? "MiB" : "%" });
   }
+  // Model code's app_monitor metrics, under their own names: inc as a sum per second, avg / max / min
+  // per bucket, cdf as percentiles of each bucket's values (as grps's monitor shows them).
+  for (const [name, kind] of Object.entries(meta.user_metrics || {})) {
+    const unit = kind === "inc" ? "per s" : kind;
+    specs.push(kind === "cdf" ? { name, title: name, unit, keys: ["p50", "p90", "p99"] } : { name, title: name, unit });
+  }
   state.charts = specs.map(makeChart);
   state.meta = meta;
 }
@@ -167,11 +173,16 @@ async function loadMeta() {
 async function refresh() {
   if (!state.meta) await loadMeta();
   if (!state.charts.length) return;
-  const names = state.charts.map((c) => encodeURIComponent(c.name)).join(",");
-  const model = state.model ? "&model=" + encodeURIComponent(state.model) : "";
-  const reply = await getJSON("series?names=" + names + "&window=" + state.window + model);
+  const query = "&window=" + state.window + (state.model ? "&model=" + encodeURIComponent(state.model) : "");
+  // A user metric's name may hold a comma, which ?names= splits on: such a series is asked for alone.
+  const listed = state.charts.filter((c) => !c.name.includes(","));
+  const names = listed.map((c) => encodeURIComponent(c.name)).join(",");
+  const got = listed.length ? (await getJSON("series?names=" + names + query)).series : {};
+  for (const chart of state.charts.filter((c) => c.name.includes(","))) {
+    got[chart.name] = await getJSON("series?name=" + encodeURIComponent(chart.name) + query);
+  }
   for (const chart of state.charts) {
-    const series = reply.series[chart.name];
+    const series = got[chart.name];
     chart.scope.textContent = state.model && series && series.model !== state.model ? "server" : "";
     draw(chart, series);
   }

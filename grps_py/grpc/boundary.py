@@ -1,7 +1,10 @@
 """The one gRPC error boundary, applied to every RPC (unary, server streaming and bidirectional).
 
 A core error aborts the call with its real status code and a short message that carries the
-request id; anything unexpected is logged with its traceback and answers INTERNAL.
+request id; anything unexpected is logged with its traceback and answers INTERNAL. A service whose
+clients read failures from the answer (GrpsService, as grps answers: `failure_answer`) gets, for a
+request it let in, status OK and that answer instead (a stream: after the messages already sent);
+a refused caller, a client's own deadline or cancel still end the call with their gRPC status.
 
 The boundary also owns the wire bytes: RPCs are registered raw (`grpc/server.py`), so it parses the
 request and serializes each answer itself and knows their sizes without serializing twice. It names
@@ -34,7 +37,7 @@ from grps_py import status
 from grps_py.access import AccessGuard, grpc_peer_is_local
 from grps_py.codecs.pb_wire import WithRawField, split_field
 from grps_py.core import request_scope
-from grps_py.core.errors import InvalidInput
+from grps_py.core.errors import Cancelled, DeadlineExceeded, InvalidInput
 from grps_py.core.executor import Executor
 from grps_py.core.untrusted import MAX_DECIMAL_DIGITS, decimal, shown
 from grps_py.lifecycle import ADMIN, INFERENCE, OPEN, RequestLifecycle, log_failure, needs_check
@@ -79,6 +82,9 @@ class RpcInfo:
     protocol: str
     client_streaming: bool
     raw_field: str = ""  # a repeated bytes field kept out of the parsed message (codecs/pb_wire.py)
+    # (HTTP status, message) -> the answer that reports a failed request with status OK, for a service
+    # whose clients read failures from the answer (grps's GrpsService); None: failures abort the call.
+    failure_answer: Callable[[int, str], Any] | None = None
 
     def parse(self, raw: bytes) -> Any:
         try:
@@ -107,6 +113,7 @@ def _rpc_info(service_class: type, name: str) -> RpcInfo:
         protocol=service_class.PROTOCOL if inference else "grpc",  # type: ignore[attr-defined]
         client_streaming=method.client_streaming,
         raw_field=getattr(service_class, "RAW_BYTES_FIELDS", {}).get(name, ""),
+        failure_answer=getattr(service_class, "failure_answer", None),
     )
 
 
@@ -153,6 +160,25 @@ async def abort(context: grpc.aio.ServicerContext, call: RequestLifecycle, exc: 
     call.fail(exc)
     log_failure(log, call.route.rpartition("/")[2], exc)
     await context.abort(status.wire_status(exc).grpc, call.public_error(exc))
+
+
+def answers_failure(info: RpcInfo, context: grpc.aio.ServicerContext, exc: BaseException) -> bool:
+    """Whether the failure of an admitted request is answered (status OK, the service's failure
+    message) rather than aborted. A client's own deadline or cancel stays a gRPC status: the client
+    reads those from its call, whatever a late answer would say."""
+    if info.failure_answer is None or isinstance(exc, Cancelled):
+        return False
+    return not (isinstance(exc, DeadlineExceeded) and context.time_remaining() is not None)
+
+
+def failure_data(info: RpcInfo, call: RequestLifecycle, exc: BaseException) -> bytes:
+    """The serialized failure answer, the failure logged and recorded as `abort` would."""
+    http_status = call.fail(exc)
+    log_failure(log, info.name, exc)
+    assert info.failure_answer is not None
+    data: bytes = info.failure_answer(http_status, call.public_error(exc)).SerializeToString()
+    call.bytes_out += len(data)
+    return data
 
 
 def announce(call: RequestLifecycle, context: grpc.aio.ServicerContext) -> None:
@@ -221,17 +247,10 @@ def handler(service: Service, name: str) -> Handler:
 
 
 def _admit(
-    service: Service,
-    info: RpcInfo,
-    checked: bool,
-    call: RequestLifecycle,
-    raw: Any,
-    context: grpc.aio.ServicerContext,
+    service: Service, info: RpcInfo, call: RequestLifecycle, raw: Any, context: grpc.aio.ServicerContext
 ) -> Any:
-    """The call's request, parsed, once the caller may make it (`checked`: the RPC needs a token); an
-    inference request is then named by its OIP `id` (unless the client named it) and started."""
-    if checked:
-        check_access(service, call, context)
+    """The call's request, parsed (the caller was let in); an inference request is then named by its
+    OIP `id` (unless the client named it) and started."""
     request = info.parse(raw)
     if info.access == INFERENCE:
         if call.adopt(service.client_request_id(request)):
@@ -248,12 +267,18 @@ def _unary_rpc(method: Callable[..., Any], rpc: str) -> Callable[[Service], Hand
         async def unary(raw: bytes, context: grpc.aio.ServicerContext) -> bytes:
             call = open_call(service, info, context)
             call.bytes_in = len(raw)
+            admitted = False
             try:
-                request = _admit(service, info, checked, call, raw, context)
+                if checked:
+                    check_access(service, call, context)
+                admitted = True
+                request = _admit(service, info, call, raw, context)
                 data: bytes = (await method(service, request, context, call.request_id)).SerializeToString()
                 call.bytes_out = len(data)
                 return data
             except Exception as exc:
+                if admitted and answers_failure(info, context, exc):
+                    return failure_data(info, call, exc)
                 await abort(context, call, exc)
                 raise  # not reached: abort raises
             except BaseException:  # the client cancelled
@@ -279,14 +304,21 @@ def _streaming_rpc(method: Callable[..., Any], rpc: str) -> Callable[[Service], 
                 return
             call = open_call(service, info, context)
             call.bytes_in = len(raw)
+            admitted = False
             try:
-                request = _admit(service, info, checked, call, raw, context)
+                if checked:
+                    check_access(service, call, context)
+                admitted = True
+                request = _admit(service, info, call, raw, context)
                 async for item in method(service, request, context, call.request_id):
                     data = item.SerializeToString()
                     call.bytes_out += len(data)
                     yield data
             except Exception as exc:
-                await abort(context, call, exc)
+                if admitted and answers_failure(info, context, exc):
+                    yield failure_data(info, call, exc)  # after the messages sent; the call ends OK
+                else:
+                    await abort(context, call, exc)
             except BaseException:  # the client cancelled, or the stream was closed
                 call.cancel()
                 raise

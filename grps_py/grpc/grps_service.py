@@ -26,6 +26,15 @@ Ctx: TypeAlias = grpc.aio.ServicerContext
 _ENDING: set[asyncio.Task[None]] = set()  # aborts of stalled RPCs still under way (a reference each)
 
 
+def _failure(code: int, msg: str) -> Msg:
+    """How grps answers a failed request: status OK, and the envelope FAILURE with the HTTP status."""
+    reply = Msg()
+    reply.status.code = code
+    reply.status.msg = msg
+    reply.status.status = grps_pb2.Status.FAILURE
+    return reply
+
+
 def _ok(message: Msg | None = None) -> Msg:
     reply = message if message is not None else Msg()
     reply.status.code = 200
@@ -62,12 +71,20 @@ async def _abort(context: Ctx, details: str) -> None:
 
 class GrpsService:
     """Implements every rpc of grps_pb2_grpc.GrpsServiceServicer (each wrapped by the boundary, which
-    supplies the request id, so the signatures differ from the generated base and it is not subclassed)."""
+    supplies the request id, so the signatures differ from the generated base and it is not subclassed).
+
+    A failed request is answered as grps answers it, which is what grps clients check: gRPC status OK
+    and `status {status: FAILURE, code: <HTTP status of the error table>, msg: <short message>}`; a
+    stream sends the messages it had, then that one. The boundary does it (`failure_answer`), and still
+    records the failure with its status. Refused callers, gRPC's own limits, a stalled stream and a
+    client's own deadline or cancel keep their gRPC status codes."""
 
     SERVICE = grps_pb2.DESCRIPTOR.services_by_name["GrpsService"]
     PROTOCOL = GRPS_GRPC
     INFERENCE_RPCS = frozenset({"Predict", "PredictStreaming"})
     ADMIN_RPCS = frozenset({"Online", "Offline"})  # loopback callers or the admin token (the boundary checks)
+
+    failure_answer = staticmethod(_failure)
 
     def __init__(self, executor: Executor, guard: AccessGuard, limits: LimitsSettings) -> None:
         self.executor = executor
@@ -125,11 +142,7 @@ class GrpsService:
         """Not ready is an answer, not an RPC error: status OK with a FAILURE envelope (as grps)."""
         if self.executor.is_ready():
             return _ok()
-        reply = Msg()
-        reply.status.code = 503
-        reply.status.msg = "server is offline" if self.executor.is_loaded else "models are loading"
-        reply.status.status = grps_pb2.Status.FAILURE
-        return reply
+        return _failure(503, "server is offline" if self.executor.is_loaded else "models are loading")
 
     @rpc_boundary
     async def ServerMetadata(self, request: Msg, context: Ctx, rid: str) -> Msg:
@@ -137,4 +150,5 @@ class GrpsService:
 
     @rpc_boundary
     async def ModelMetadata(self, request: Msg, context: Ctx, rid: str) -> Msg:
+        """An unknown model is an answer too: FAILURE 404 (as grps), an empty name FAILURE 400."""
         return _ok(Msg(str_data=self.executor.model_metadata(request.str_data or request.model)))

@@ -1,8 +1,15 @@
 """Monitoring over HTTP: the dashboard page at `/`, Prometheus `/metrics`, and the JSON the page reads.
 
-The handlers only read the server's `ServerMetrics` (built and sampled by the server, injected here);
-they derive from BaseHandler so a bad query answers the grps error envelope like any other route
-(an unknown series or model is a ModelNotFound: the error table's 404).
+The handlers only read the server's `ServerMetrics` (built and sampled by the server, injected here)
+and the user metrics model code records (`app_monitor`, grps's API); they derive from BaseHandler so a
+bad query answers the grps error envelope like any other route (an unknown series or model is a
+ModelNotFound: the error table's 404).
+
+Series names are grps's: the server's own (`qps`, `latency_cdf(ms)`, ...) also with grps's `*` in front
+(`*qps`, as grps names its built-in metrics), and every user metric under the name model code gave it.
+A single series (`?name=`) also carries grps's own form of it: `label` ("trend" or "cdf") and `data`
+(`[[index, value], ...]`, null as 0; for a cdf, `[[percent, value], ...]` of the last complete bucket,
+99.9 and 99.99 written as grps writes them, 100 and 101).
 """
 
 from __future__ import annotations
@@ -13,6 +20,7 @@ from typing import Any
 import orjson
 import tornado.web
 
+from grps_py.app_metrics import AppMonitor, app_monitor
 from grps_py.core.errors import InvalidInput, ModelNotFound
 from grps_py.core.executor import Executor
 from grps_py.http.base import BaseHandler, NotFoundHandler
@@ -22,15 +30,55 @@ from grps_py.metrics import WINDOWS, ServerMetrics
 Route = tuple[str, type[tornado.web.RequestHandler], dict[str, Any]]
 DASHBOARD_DIR = Path(__file__).resolve().parent.parent / "dashboard"
 SERIES, MODELS, SNAPSHOT = "/grps/v1/monitor/series", "/grps/v1/monitor/models", "/grps/v1/monitor/metrics"
+BUILTIN_MARK = "*"  # grps names its own metrics `*qps`, `*latency_avg(ms)`, ...
+# grps's x for the cdf's 99.9th and 99.99th percentiles (its dashboard's axis: 10 ... 99, 100, 101).
+GRPS_PERCENT = {"p99.9": 100, "p99.99": 101}
+
+
+def series_of(
+    metrics: ServerMetrics, monitor: AppMonitor, name: str, model: str, window: str
+) -> dict[str, Any]:
+    """A series by any of its names: the server's (`qps`, or grps's `*qps`), else a user metric's.
+    KeyError (naming what exists) or ValueError as `ServerMetrics.series` raises them."""
+    builtin = metrics.series_names()
+    if name in builtin:
+        return metrics.series(name, model, window)
+    if name in monitor.kinds():  # server-wide, as process series: asked for a model, the server's
+        models = metrics.models()
+        if model and model not in models:
+            raise KeyError(f"unknown model {model!r}; models: {', '.join(models)}")
+        return monitor.series(name, window)
+    if name.startswith(BUILTIN_MARK) and name[1:] in builtin:
+        return metrics.series(name[1:], model, window)
+    names = ", ".join([*builtin, *monitor.kinds()])
+    raise KeyError(f"unknown series {name!r}; series: {names}")
+
+
+def grps_form(series: dict[str, Any]) -> dict[str, Any]:
+    """grps's `label` and `data` for a series (what grps's own dashboard script reads)."""
+    points = series["points"]
+    if any(isinstance(point["v"], dict) for point in points):
+        last: dict[str, float] = next((point["v"] for point in reversed(points) if point["v"]), {})
+        data = [[GRPS_PERCENT.get(key, float(key[1:])), round(value, 2)] for key, value in last.items()]
+        return {"label": "cdf", "data": data}
+    data = [[index, 0 if point["v"] is None else round(point["v"], 2)] for index, point in enumerate(points)]
+    return {"label": "trend", "data": data}
 
 
 class MonitorHandler(BaseHandler):
     """Holds the metrics every monitoring route reads."""
 
-    def initialize(self, executor: Executor, metrics: ServerMetrics | None = None, **_: Any) -> None:
+    def initialize(
+        self,
+        executor: Executor,
+        metrics: ServerMetrics | None = None,
+        monitor: AppMonitor = app_monitor,
+        **_: Any,
+    ) -> None:
         super().initialize(executor)
         assert metrics is not None, "the monitoring routes are built with the server's metrics"
         self.metrics = metrics
+        self.monitor = monitor
 
     def write_document(self, doc: Any) -> None:
         self.set_header("Cache-Control", "no-store")  # live data: a cached answer is a wrong answer
@@ -63,12 +111,13 @@ class SeriesHandler(MonitorHandler):
         name = self.get_query_argument("name", None)
         if not name:
             raise InvalidInput(f"give ?name=SERIES (or ?names=A,B,C); see {MODELS} for the names")
-        self.write_document(self._series(name, model, window))
+        series = self._series(name, model, window)
+        self.write_document({**series, **grps_form(series)})
 
     def _series(self, name: str, model: str, window: str) -> dict[str, Any]:
         """ServerMetrics words its own errors (naming what exists); they become 404 and 400 here."""
         try:
-            return self.metrics.series(name, model, window)
+            return series_of(self.metrics, self.monitor, name, model, window)
         except KeyError as exc:
             raise ModelNotFound(str(exc.args[0]) if exc.args else f"unknown series {name!r}") from None
         except ValueError as exc:
@@ -80,11 +129,13 @@ class ModelsHandler(MonitorHandler):
 
     def get(self) -> None:
         models, names = self.metrics.models(), self.metrics.series_names()
+        user = {name: kind for name, kind in self.monitor.kinds().items() if name not in names}
         self.write_document(
             {
                 "models": models,
-                "names": names,
+                "names": [*names, *user],
                 "model_names": [name for name in names if models and self._per_model(name, models[0])],
+                "user_metrics": user,  # name -> kind (inc, avg, max, min, cdf); server-wide
                 "windows": [window.name for window in WINDOWS],
             }
         )
@@ -98,10 +149,15 @@ class ModelsHandler(MonitorHandler):
 
 
 class SnapshotHandler(MonitorHandler):
-    """GET: the latest value of every series, under grps's names (overall and per model)."""
+    """GET: the latest value of every series, under grps's names (overall and per model); user metrics
+    are in `overall` under their own names, as grps lists them beside its `*` metrics."""
 
     def get(self) -> None:
-        self.write_document(self.metrics.snapshot())
+        snapshot = self.metrics.snapshot()
+        overall = snapshot["overall"]
+        for name, value in self.monitor.latest().items():
+            overall.setdefault(name, value)
+        self.write_document(snapshot)
 
 
 class DashboardHandler(BaseHandler):
@@ -127,9 +183,11 @@ def dashboard_page(directory: Path = DASHBOARD_DIR) -> bytes:
     return html.encode("utf-8")
 
 
-def monitor_routes(executor: Executor, metrics: ServerMetrics) -> list[Route]:
-    """The monitoring routes of the HTTP port."""
-    base: dict[str, Any] = {"executor": executor, "metrics": metrics}
+def monitor_routes(
+    executor: Executor, metrics: ServerMetrics, monitor: AppMonitor = app_monitor
+) -> list[Route]:
+    """The monitoring routes of the HTTP port (`monitor`: whose user metrics they show)."""
+    base: dict[str, Any] = {"executor": executor, "metrics": metrics, "monitor": monitor}
     return [
         (r"/", DashboardHandler, {"executor": executor, "page": dashboard_page()}),
         (r"/metrics", PrometheusHandler, base),

@@ -1,9 +1,9 @@
 """Time-bucketed aggregates for the dashboard: the last minute, hour, day and month at a glance.
 
 Like grps's monitor, every scope (the whole server, each model) keeps buckets of 1 s, 1 min, 1 h and
-1 d. Only the current 1 s bucket is touched per request; when a second closes it is merged once into
-its minute, hour and day buckets, so the hot path stays a few attribute updates whatever the window.
-Buckets are aligned on epoch seconds (UTC minutes, hours and days).
+1 d (`grps_py.time_windows`). Only the current 1 s bucket is touched per request; when a second closes
+it is merged once into its minute, hour and day buckets, so the hot path stays a few attribute updates
+whatever the window. Buckets are aligned on epoch seconds (UTC minutes, hours and days).
 
 Not thread-safe: the observers that feed it and the readers are all called on the event loop thread.
 """
@@ -12,8 +12,31 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
+
+from grps_py.time_windows import WINDOW_BY_NAME, WINDOWS, Ring, Window
+from grps_py.time_windows import Scope as _Scope
+
+__all__ = [
+    "COUNT_SERIES",
+    "CPU",
+    "MEM",
+    "PERCENTILES",
+    "REQUEST_SERIES",
+    "WINDOWS",
+    "WINDOW_BY_NAME",
+    "Bucket",
+    "Ring",
+    "Scope",
+    "ValueOf",
+    "Window",
+    "gpu_names",
+    "index_value",
+    "latency_index",
+    "latest",
+    "process_series",
+    "render",
+]
 
 # Latency histogram: log-spaced buckets from 10 us with ratio 2**(1/8), so a bucket's geometric middle
 # is within 4.5% of any value in it; sparse (index -> count), so only the ranges seen cost memory.
@@ -131,69 +154,11 @@ class Bucket:
         return out
 
 
-@dataclass(frozen=True)
-class Window:
-    """A dashboard window: `points` buckets of `step_s` seconds each."""
-
-    name: str
-    step_s: int
-    points: int
-
-
-# Finest first: the 1 s buckets are the ones written to; the others are merged into.
-WINDOWS = (
-    Window("minute", 1, 60),
-    Window("hour", 60, 60),
-    Window("day", 3600, 24),
-    Window("month", 86400, 30),
-)
-WINDOW_BY_NAME = {w.name: w for w in WINDOWS}
-
-
-class Ring:
-    """The buckets of one resolution, by start time; keeps what its window can show, plus the current."""
-
-    def __init__(self, window: Window) -> None:
-        self.window = window
-        self.buckets: dict[int, Bucket] = {}
-
-    def at(self, start: int) -> Bucket:
-        bucket = self.buckets.get(start)
-        if bucket is None:
-            bucket = self.buckets[start] = Bucket(start)
-            oldest = start - self.window.points * self.window.step_s
-            for old in [s for s in self.buckets if s < oldest]:
-                del self.buckets[old]
-        return bucket
-
-
-class Scope:
-    """The buckets of the whole server or of one model, at every resolution."""
+class Scope(_Scope[Bucket]):
+    """The request buckets of the whole server or of one model, at every resolution."""
 
     def __init__(self) -> None:
-        self.rings = [Ring(w) for w in WINDOWS]
-        self.current: Bucket | None = None  # the 1 s bucket being filled (also in rings[0])
-
-    def bucket(self, now_s: int) -> Bucket:
-        """The 1 s bucket to record into at `now_s` (a clock that steps back keeps the current one)."""
-        current = self.current
-        if current is not None and current.start >= now_s:
-            return current
-        self.advance(now_s)
-        current = self.current = self.rings[0].at(now_s)
-        return current
-
-    def advance(self, now_s: int) -> None:
-        """Close the current 1 s bucket if its second is over, merging it into the coarser rings."""
-        current = self.current
-        if current is None or current.start >= now_s:
-            return
-        self.current = None
-        if current.empty():
-            return
-        for ring in self.rings[1:]:
-            step = ring.window.step_s
-            ring.at(current.start - current.start % step).merge(current)
+        super().__init__(Bucket)
 
 
 def _ms(seconds: float) -> float:
@@ -245,26 +210,17 @@ def render(
     scope: Scope, name: str, value: ValueOf, window: Window, now: float, created: float
 ) -> list[dict[str, Any]]:
     """The window's points, oldest first, ending with the last complete bucket."""
-    step = window.step_s
-    buckets = scope.rings[WINDOWS.index(window)].buckets
-    now_s = int(now)
-    last = now_s - now_s % step - step
-    return [
-        {"t": start, "v": _value(buckets, start, step, name, value, created)}
-        for start in range(last - (window.points - 1) * step, last + step, step)
-    ]
+    return scope.points(window, now, value, _missing(name, created))
 
 
 def latest(scope: Scope, name: str, value: ValueOf, now: float, created: float) -> Any:
     """The value of the last complete 1 s bucket."""
-    return _value(scope.rings[0].buckets, int(now) - 1, 1, name, value, created)
+    start = int(now) - 1
+    bucket = scope.rings[0].buckets.get(start)
+    return _missing(name, created)(start, 1) if bucket is None else value(bucket, 1)
 
 
-def _value(
-    buckets: dict[int, Bucket], start: int, step: int, name: str, value: ValueOf, created: float
-) -> Any:
-    bucket = buckets.get(start)
-    if bucket is not None:
-        return value(bucket, step)
-    # No bucket: nothing happened then. A count is 0 once the server was up, anything else unknown.
-    return 0 if name in COUNT_SERIES and start + step > created else None
+def _missing(name: str, created: float) -> Callable[[int, int], Any]:
+    """No bucket: nothing happened then. A count is 0 once the server was up, anything else unknown."""
+    count = name in COUNT_SERIES
+    return lambda start, step: 0 if count and start + step > created else None

@@ -97,10 +97,9 @@ def test_http_and_grpc_answer_400_naming_the_declared_inputs(
     message = Msg(model=model)
     if fields:
         message.MergeFrom(_message(fields))
-    with pytest.raises(grpc.RpcError) as err:
-        stub.Predict(message)
-    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-    assert REQUEST_ID.sub("", err.value.details()) == REQUEST_ID.sub("", status["msg"])  # parity
+    answer = stub.Predict(message)
+    assert (answer.status.code, answer.status.status) == (400, grps_pb2.Status.FAILURE)
+    assert REQUEST_ID.sub("", answer.status.msg) == REQUEST_ID.sub("", status["msg"])  # parity
 
 
 def _message(fields: dict[str, Any]) -> grps_pb2.GrpsMessage:

@@ -1,4 +1,5 @@
-"""grps.protos.v1.GrpsService against a real server: all 8 rpcs, streaming, status codes."""
+"""grps.protos.v1.GrpsService against a real server: all 8 rpcs, streaming, failures answered as grps
+answers them (status OK, a FAILURE envelope), and the gRPC codes that stay (limits, deadlines)."""
 
 from __future__ import annotations
 
@@ -27,13 +28,16 @@ def test_liveness_readiness_and_metadata(grps_stub: grps_pb2_grpc.GrpsServiceStu
     assert model["inferer_type"] == "torch"
 
 
-def test_model_metadata_errors_have_real_codes(grps_stub: grps_pb2_grpc.GrpsServiceStub) -> None:
-    with pytest.raises(grpc.RpcError) as missing:
-        grps_stub.ModelMetadata(Msg(str_data="nope-1"))
-    assert missing.value.code() == grpc.StatusCode.NOT_FOUND
-    with pytest.raises(grpc.RpcError) as empty:
-        grps_stub.ModelMetadata(Msg())
-    assert empty.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+def test_model_metadata_errors_are_failure_answers(grps_stub: grps_pb2_grpc.GrpsServiceStub) -> None:
+    """As grps answers them: status OK, the envelope FAILURE with the HTTP status."""
+    missing, call = grps_stub.ModelMetadata.with_call(Msg(str_data="nope-1"))
+    assert call.code() == grpc.StatusCode.OK
+    assert (missing.status.code, missing.status.status) == (404, grps_pb2.Status.FAILURE)
+    assert missing.status.msg.startswith("unknown model 'nope-1'") and "request_id=" in missing.status.msg
+    assert not missing.HasField("str_data")
+    empty = grps_stub.ModelMetadata(Msg())
+    assert (empty.status.code, empty.status.status) == (400, grps_pb2.Status.FAILURE)
+    assert "model name" in empty.status.msg
 
 
 def test_bin_data_round_trip(grps_stub: grps_pb2_grpc.GrpsServiceStub) -> None:
@@ -54,11 +58,12 @@ def test_predict_streaming_of_a_unary_model_yields_its_answer(
     assert [r.str_data for r in replies] == ["ONE"]
 
 
-def test_predict_streaming_error_has_a_real_code(grps_stub: grps_pb2_grpc.GrpsServiceStub) -> None:
-    with pytest.raises(grpc.RpcError) as err:
-        list(grps_stub.PredictStreaming(Msg(model="raiser-1.0", str_data="x")))
-    assert err.value.code() == grpc.StatusCode.INTERNAL
-    assert "boom" in (err.value.details() or "")
+def test_predict_streaming_error_is_one_failure_message(grps_stub: grps_pb2_grpc.GrpsServiceStub) -> None:
+    call = grps_stub.PredictStreaming(Msg(model="raiser-1.0", str_data="x"))
+    (reply,) = list(call)
+    assert call.code() == grpc.StatusCode.OK
+    assert (reply.status.code, reply.status.status) == (500, grps_pb2.Status.FAILURE)
+    assert "boom" in reply.status.msg and "Traceback" not in reply.status.msg
 
 
 def test_cancelled_stream_stops_the_model(

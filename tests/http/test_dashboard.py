@@ -18,6 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from grps_py.app_metrics import app_monitor
 from support import TESTS, ServerThread
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(900)]  # the first run may install Chromium
@@ -35,6 +36,7 @@ CHARTED = {
     "cpu_usage(%)",
     "mem_usage(%)",
 }
+USER_COUNT, USER_CDF = "dashboard_requests", "dashboard_ms"  # user metrics (app_monitor)
 GPU_SERIES = re.compile(r"gpu\d+_(mem_)?usage\((%|MIB)\)")
 CHART = re.compile(r'<svg[^>]*\bdata-series="([^"]+)"[^>]*\bdata-points="(\d+)"')
 
@@ -86,8 +88,12 @@ class Traffic:
         with httpx.Client(base_url=self.base_url, timeout=10) as client:
             while not self._stop.is_set():
                 model = "raiser-1.0" if self.sent % 5 == 4 else "echo-1.0"
+                began = time.perf_counter()
                 client.post(PREDICT, json={"model": model, "str_data": "dashboard"})
                 self.sent += 1
+                # What model code records through grps's app_monitor (the server is in this process).
+                app_monitor.inc(USER_COUNT, 1)
+                app_monitor.cdf(USER_CDF, (time.perf_counter() - began) * 1e3)
                 time.sleep(0.01)
 
     def __enter__(self) -> Traffic:
@@ -147,9 +153,11 @@ def test_dashboard_draws_live_charts(
     page = f"{basic_server.http_url}/"
     dom = run_browser(chromium, tmp_path / "profile", page, "--dump-dom")
     charts = charts_in(dom)
-    names = httpx.get(f"{basic_server.http_url}/grps/v1/monitor/models", timeout=10).json()["names"]
-    assert set(charts) == {name for name in names if name in CHARTED or GPU_SERIES.fullmatch(name)}, dom
+    meta = httpx.get(f"{basic_server.http_url}/grps/v1/monitor/models", timeout=10).json()
+    builtin = {name for name in meta["names"] if name in CHARTED or GPU_SERIES.fullmatch(name)}
+    assert set(charts) == builtin | set(meta["user_metrics"]), dom
     assert charts["qps"] > 0 and charts["latency_cdf(ms)"] > 0, charts
+    assert charts[USER_COUNT] > 0 and charts[USER_CDF] > 0, charts  # user metrics, per second
     assert re.search(r'id="status"[^>]*>updated ', dom), "the page never finished an update"
     assert '<option value="echo-1.0">echo-1.0</option>' in dom  # the model selector lists the models
 

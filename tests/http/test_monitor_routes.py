@@ -13,6 +13,7 @@ import tornado.httpserver
 import tornado.netutil
 from prometheus_client.parser import text_string_to_metric_families
 
+from grps_py.app_metrics import app_monitor
 from grps_py.http.metrics_routes import SERIES, build_metrics_app
 from support import BASIC, ServerThread, start_project
 
@@ -144,6 +145,57 @@ def test_snapshot_uses_grps_names(http: httpx.Client) -> None:
     doc = reply.json()
     assert {"*qps", "*fail_rate(%)", "*latency_cdf(ms)", "*cpu_usage(%)"} <= set(doc["overall"])
     assert "*qps" in doc["models"]["echo-1.0"] and "*cpu_usage(%)" not in doc["models"]["echo-1.0"]
+
+
+def test_grps_star_names_and_grps_form(http: httpx.Client) -> None:
+    """grps's names for its own metrics (`*qps`) answer the same series, with grps's label and data."""
+    wait_for_values(http, "qps")
+    plain = http.get(SERIES, params={"name": "qps"}).json()
+    starred = http.get(SERIES, params={"name": "*qps"})
+    assert starred.status_code == 200, starred.text
+    doc = starred.json()
+    assert (doc["name"], doc["label"], len(doc["data"])) == ("qps", "trend", 60)
+    assert [index for index, _ in doc["data"]] == list(range(60))
+    assert any(value > 0 for _, value in doc["data"]) and len(plain["points"]) == 60
+    cdf = http.get(SERIES, params={"name": "*latency_cdf(ms)", "model": "echo-1.0"}).json()
+    assert cdf["label"] == "cdf" and [percent for percent, _ in cdf["data"]] == [50.0, 90.0, 99.0]
+    several = http.get(SERIES, params={"names": "*qps,fail_rate(%)"}).json()["series"]
+    assert set(several) == {"*qps", "fail_rate(%)"} and several["*qps"]["name"] == "qps"
+
+
+def wait_for_user_values(http: httpx.Client, name: str, record: Any, timeout_s: float = 10) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        record()
+        reply = http.get(SERIES, params={"name": name})
+        assert reply.status_code == 200, reply.text
+        doc: dict[str, Any] = reply.json()
+        if any(v != 0 for v in values(doc)) or time.monotonic() > deadline:
+            return doc
+        time.sleep(0.2)
+
+
+def test_user_metrics_are_series_under_their_own_names(http: httpx.Client) -> None:
+    """What model code records with grps's app_monitor (the server runs in this process), per second."""
+    count = wait_for_user_values(
+        http, "monitor_test_requests", lambda: app_monitor.inc("monitor_test_requests", 2)
+    )
+    assert count["kind"] == "inc" and count["model"] == "" and count["label"] == "trend"
+    assert all(v % 2 == 0 for v in values(count))  # sums of 2s, per second
+    dist = wait_for_user_values(http, "monitor_test_ms", lambda: app_monitor.cdf("monitor_test_ms", 7.5))
+    assert dist["kind"] == "cdf" and all(v["p50"] == 7.5 for v in values(dist) if v)
+    assert dist["label"] == "cdf" and [100, 7.5] in dist["data"] and [101, 7.5] in dist["data"]
+    # Server-wide: asked for a model they answer for the server; an unknown model or window still fails.
+    assert http.get(SERIES, params={"name": "monitor_test_ms", "model": "echo-1.0"}).json()["model"] == ""
+    assert http.get(SERIES, params={"name": "monitor_test_ms", "model": "ghost-1"}).status_code == 404
+    assert http.get(SERIES, params={"name": "monitor_test_ms", "window": "week"}).status_code == 400
+    meta = http.get("/grps/v1/monitor/models").json()
+    assert meta["user_metrics"]["monitor_test_ms"] == "cdf" and "monitor_test_requests" in meta["names"]
+    assert "monitor_test_ms" not in meta["model_names"]
+    overall = http.get("/grps/v1/monitor/metrics").json()["overall"]
+    assert "monitor_test_requests" in overall and "*qps" in overall
+    hour = http.get(SERIES, params={"names": "monitor_test_requests,qps", "window": "hour"}).json()
+    assert hour["series"]["monitor_test_requests"]["step_s"] == 60
 
 
 def test_dashboard_page_is_self_contained(http: httpx.Client) -> None:

@@ -124,3 +124,85 @@ def test_app_monitor_is_one_process_wide_instance() -> None:
     from grps_framework.monitor.monitor import app_monitor as grps_app_monitor
 
     assert isinstance(app_monitor, AppMonitor) and grps_app_monitor is app_monitor
+
+
+# -- per second, as grps's monitor shows them -----------------------------------------------------
+
+T0 = 1_699_920_000  # a UTC midnight
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = T0 + 0.25
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def values(monitor: AppMonitor, name: str, window: str = "minute") -> list[object]:
+    return [point["v"] for point in monitor.series(name, window)["points"]]
+
+
+def test_each_kind_is_aggregated_per_second_as_grps_does() -> None:
+    clock = Clock()
+    monitor = AppMonitor(clock=clock)
+    for second, batch in enumerate([(1, 2, 3), (10,), (4, 4)]):
+        clock.now = T0 + second + 0.5
+        for value in batch:
+            monitor.inc("n", value)
+            monitor.avg("mean", value)
+            monitor.max("peak", value)
+            monitor.min("floor", value)
+            monitor.cdf("dist", value)
+    clock.now = T0 + 3.1  # the third second is complete
+    assert values(monitor, "n")[-3:] == [6.0, 10.0, 8.0]  # the sum of each second
+    assert values(monitor, "n")[-4] is None  # before the metric existed: unknown, not 0
+    assert values(monitor, "mean")[-3:] == [2.0, 10.0, 4.0]
+    assert values(monitor, "peak")[-3:] == [3.0, 10.0, 4.0]
+    assert values(monitor, "floor")[-3:] == [1.0, 10.0, 4.0]
+    first = values(monitor, "dist")[-3]
+    assert isinstance(first, dict) and (first["p50"], first["p99"]) == (2.0, 3.0)
+    clock.now = T0 + 5.1
+    assert values(monitor, "n")[-2:] == [0, 0]  # an inc metric that recorded nothing counted 0
+    assert values(monitor, "mean")[-1] is None
+    series = monitor.series("dist")
+    assert (series["name"], series["kind"], series["model"], series["step_s"]) == ("dist", "cdf", "", 1)
+    assert len(series["points"]) == 60
+
+
+def test_seconds_roll_up_into_minutes_and_hours() -> None:
+    clock = Clock()
+    monitor = AppMonitor(clock=clock)
+    for second in range(120):  # two minutes of 1 a second (and 2 in the very first second)
+        clock.now = T0 + second + 0.5
+        monitor.inc("n", 2 if second == 0 else 1)
+        monitor.max("peak", second)
+        monitor.avg("mean", second % 60)
+    clock.now = T0 + 3600 + 1
+    assert values(monitor, "n", "hour")[-60:-58] == [1.017, 1.0]  # a minute's mean per second
+    assert values(monitor, "peak", "hour")[-60:-58] == [59.0, 119.0]
+    assert values(monitor, "mean", "hour")[-60] == 29.5
+    assert values(monitor, "n", "day")[-1] == round(121 / 3600, 3)
+
+
+def test_a_cdf_keeps_a_bounded_sample_of_each_bucket() -> None:
+    clock = Clock()
+    monitor = AppMonitor(clock=clock)
+    for value in range(5000):
+        monitor.cdf("dist", float(value))
+    clock.now += 1
+    (bucket,) = [b for b in monitor._metrics["dist"].seconds.rings[0].buckets.values() if b.count]
+    assert bucket.count == 5000 and bucket.samples is not None and len(bucket.samples) == 512
+    point = values(monitor, "dist")[-1]
+    assert isinstance(point, dict) and 2000 < point["p50"] < 3000  # a uniform sample's median
+
+
+def test_unknown_names_and_windows_are_refused() -> None:
+    monitor = AppMonitor()
+    monitor.inc("n")
+    with pytest.raises(KeyError, match="unknown user metric 'nope'"):
+        monitor.series("nope")
+    with pytest.raises(ValueError, match="unknown window 'week'; windows: minute, hour, day, month"):
+        monitor.series("n", "week")
+    assert monitor.kinds() == {"n": "inc"}
+    assert monitor.latest() == {"n": None}  # the current second is not over

@@ -32,6 +32,10 @@ class GreeterInferer(ModelInferer):
             app_monitor.avg("greeter_rows", inp["x"].shape[0])
             return {"y": inp["x"] * self.scale}
         text = inp["text"]
+        if text == "whoami":
+            # grps's context.converter / context.inferer: the model running this request.
+            converter = type(context.converter).__name__
+            return {"text": f"converter {converter}, inferer is me: {context.inferer is self}"}
         if text == "fail":
             # grps's way to refuse a request: the client gets this message with an error status.
             context.set_err_msg("greeter cannot greet 'fail'")
@@ -43,6 +47,10 @@ class GreeterInferer(ModelInferer):
                 if context.if_disconnected():
                     break
                 context.stream_respond(grps_pb2.GrpsMessage(str_data=part))
+            if text == "fail late":
+                # An error after messages were streamed: the client has them, then the failure.
+                context.set_err_msg("greeter failed after streaming")
+                return {}
         return {"text": f"hello {text}"}
 
 
