@@ -66,6 +66,7 @@ REASON_BY_ERROR = {
     errors.GrpsError: "internal",
     errors.InvalidInput: "invalid",
     errors.PayloadTooLarge: "invalid",
+    errors.UnsupportedMediaType: "invalid",
     errors.Unauthenticated: "invalid",
     errors.PermissionDenied: "invalid",
     errors.ModelNotFound: "not_found",

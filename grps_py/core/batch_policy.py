@@ -7,10 +7,17 @@ so a test drives the policy with plain numbers.
 Priorities: level 1 is served first. A waiting request moves up one level per `aging_s` it has
 waited, so lower levels are delayed, never starved; equal levels are served oldest first.
 
-Batches (a batched model): the best waiting request leads, and the compatible requests behind it (equal
-`key`: same tensor names, dtypes and non-batch dims) join in that order, as long as their rows fit in
-`max_rows`. The batch goes when it is full, when it reached a preferred size (cut back to the largest
-preferred size it reached), or when its oldest request has waited `timeout_s`.
+Batches (a batched model): the best waiting request leads, and the compatible requests behind it join
+in that order, as long as they fit in `max_rows`. The batch goes when it is full, when it reached a
+preferred size (cut back to the largest preferred size it reached), or when its oldest request has
+waited `timeout_s`. What fits depends on who merges the batch:
+
+- **Rows** (Triton's rule; the numpy/torch converters and every step-by-step converter, which grps-py
+  concatenates along dim 0): a request counts its rows, and joins only requests of an equal `key`
+  (same tensor names, dtypes and non-batch dims).
+- **Requests** (grps's rule, `counts_requests`; a converter with its own `batch_preprocess`, which
+  merges the batch itself): a request counts 1 whatever its shape, and any request joins any other, so
+  variable-length inputs batch together; `max_rows` is then grps's `max_batch_size` in requests.
 """
 
 from __future__ import annotations
@@ -25,7 +32,7 @@ class Waiting(Protocol):
     """A request as the policy sees it."""
 
     rows: int  # along the batch dimension
-    key: Hashable  # requests batch together only when their keys are equal
+    key: Hashable  # by the rows rule, requests batch together only when their keys are equal
     level: int  # its priority level when it arrived
     enqueued: float  # when it arrived, on the caller's clock
 
@@ -44,8 +51,10 @@ class BatchPolicy:
         aging_s: float,
         levels: int = 1,
         default_level: int = 1,
+        counts_requests: bool = False,
     ) -> None:
         self.batching = batching
+        self.counts_requests = counts_requests
         self.max_rows = max_rows
         self.preferred = frozenset(preferred)
         self.timeout_s = timeout_s
@@ -54,12 +63,16 @@ class BatchPolicy:
         self.default_level = default_level
 
     @classmethod
-    def from_settings(cls, settings: ModelSettings, batching: bool) -> BatchPolicy:
+    def from_settings(
+        cls, settings: ModelSettings, batching: bool, counts_requests: bool = False
+    ) -> BatchPolicy:
         """A model's policy; `batching` says whether its requests are batched (its settings ask for it,
-        and its code can be: async model code is not)."""
+        and its code can be: async model code is not), `counts_requests` whether its converter merges
+        its batches itself (grps's rule: the batch size counts requests, of any shape)."""
         config = settings.batching
         return cls(
             batching=batching,
+            counts_requests=counts_requests,
             max_rows=config.max_batch_size,
             preferred=config.preferred_batch_size,
             timeout_s=config.batch_timeout_us / 1e6,
@@ -87,11 +100,13 @@ class BatchPolicy:
             return [leader], 0.0
         batch: list[W] = []
         rows, cut = 0, 0
+        per_request = self.counts_requests
         for item in order:
-            if item.key != leader.key or rows + item.rows > self.max_rows:
+            size = 1 if per_request else item.rows
+            if (not per_request and item.key != leader.key) or rows + size > self.max_rows:
                 continue
             batch.append(item)
-            rows += item.rows
+            rows += size
             if rows == self.max_rows:
                 return batch, 0.0
             if rows in self.preferred:

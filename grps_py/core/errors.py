@@ -33,6 +33,12 @@ class PayloadTooLarge(InvalidInput):
     default_message = "request is too large"
 
 
+class UnsupportedMediaType(InvalidInput):
+    """The body's Content-Type is not one the reader takes (Flask's get_json without force)."""
+
+    default_message = "unsupported media type"
+
+
 class Unauthenticated(InvalidInput):
     """The request lacks the token its route needs, or carries a wrong one (a client error: not retried)."""
 
@@ -117,6 +123,7 @@ ALL_ERRORS: tuple[type[GrpsError], ...] = (
     GrpsError,
     InvalidInput,
     PayloadTooLarge,
+    UnsupportedMediaType,
     Unauthenticated,
     PermissionDenied,
     NotFound,
@@ -173,6 +180,7 @@ ERROR_TABLE: dict[type[GrpsError], ErrorRow] = {
     Cancelled: ErrorRow(499, "CANCELLED", CANCELLED),
     Unsupported: ErrorRow(501, "UNIMPLEMENTED", INTERNAL),
     PayloadTooLarge: ErrorRow(413, "RESOURCE_EXHAUSTED", INVALID),
+    UnsupportedMediaType: ErrorRow(415, "INVALID_ARGUMENT", INVALID),
     Unauthenticated: ErrorRow(401, "UNAUTHENTICATED", INVALID),
     PermissionDenied: ErrorRow(403, "PERMISSION_DENIED", INVALID),
     ModelNotFound: ErrorRow(404, "NOT_FOUND", NOT_FOUND),

@@ -47,7 +47,10 @@ class ModelScheduler:
         self.instances = instances
         is_async = any(i.is_async for i in instances)
         self.batching = settings.batching.type == "dynamic" and not is_async
-        self.policy = BatchPolicy.from_settings(settings, self.batching)
+        # A converter that merges its batches itself (`batch_preprocess`: grps's contract) takes requests
+        # of any shape: its batches count requests (grps's rule). Others batch by rows and shape.
+        counts_requests = self.batching and any(i.batches_whole for i in instances)
+        self.policy = BatchPolicy.from_settings(settings, self.batching, counts_requests)
         # Prefetching (dispatcher.py) is for unbatched sync models with one priority level: a batched
         # model waits so batches fill, and with priorities the next request is chosen only when a
         # thread is free.
@@ -77,7 +80,9 @@ class ModelScheduler:
         loop = asyncio.get_running_loop()
         if self._task is None:
             self._task = loop.create_task(self._dispatch())
-        if self.batching and rows > self.policy.max_rows:
+        if self.policy.counts_requests:
+            rows, key = 1, None  # a request counts one, whatever its shape, and joins any other
+        elif self.batching and rows > self.policy.max_rows:
             raise InvalidInput(
                 f"the request has {rows} rows; model '{self.key}' takes at most {self.policy.max_rows}"
             )

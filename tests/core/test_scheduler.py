@@ -153,6 +153,22 @@ def test_only_requests_of_the_leaders_shape_batch_together() -> None:
     assert names(batch) == ["a1", "a2"]  # the best request (level 1, oldest) leads; the "b"s wait
 
 
+def test_counting_requests_batches_any_shapes_and_row_counts_together() -> None:
+    """grps's rule (a converter that merges its batches): a request counts one, whatever its key or rows."""
+    clock, rules = FakeClock(), policy(max_rows=3, counts_requests=True, aging_s=60.0)
+    waiting = [
+        Waiting("a", clock.now, rows=5, key="a"),
+        Waiting("b", clock.now, rows=1, key="b"),
+        Waiting("c", clock.now, rows=2, key="c"),
+        Waiting("d", clock.now, rows=1, key="a"),
+    ]
+    batch, _ = rules.next_batch(waiting, clock.now)
+    assert names(batch) == ["a", "b", "c"]  # full at three requests: it goes at once
+    rows_rule = policy(max_rows=3, aging_s=60.0)
+    # The rows rule: only the leader's shape ("a": itself over 3 rows), and rows count.
+    assert names(rows_rule.next_batch(waiting, clock.advance(1.0))[0]) == ["d"]
+
+
 def test_the_policy_reads_the_model_settings() -> None:
     settings = ModelSettings(
         name="m",
@@ -167,6 +183,7 @@ def test_the_policy_reads_the_model_settings() -> None:
     )
     rules = BatchPolicy.from_settings(settings, batching=True)
     assert (rules.max_rows, rules.preferred, rules.levels, rules.default_level) == (6, {2, 4}, 4, 3)
+    assert not rules.counts_requests and BatchPolicy.from_settings(settings, True, True).counts_requests
     assert rules.timeout_s == pytest.approx(0.0025) and rules.aging_s == pytest.approx(0.05)
 
 
@@ -568,6 +585,40 @@ def test_front_batches_what_waits_together() -> None:
         assert [await task for task in tasks] == list("abcd")
         counters = stats.model(KEY)
         assert (counters.batches_run, counters.rows_run) == (1, 4)
+        close(sched, inferer)
+
+    run(scenario)
+
+
+class Merging(Converter):
+    """Overrides batch_preprocess: merges the batch itself (grps's contract)."""
+
+    def batch_preprocess(self, inps: list[Any], contexts: list[GrpsContext]) -> Any:
+        return list(inps)
+
+
+class Lister(Gated):
+    def batch_infer(self, inp: Any, contexts: list[GrpsContext]) -> Any:
+        self.ran.append(list(inp))
+        return list(inp)
+
+
+def test_front_of_a_merging_converter_counts_requests_of_any_shape() -> None:
+    async def scenario() -> None:
+        inferer = Lister(open_=True)
+        dynamic = {"type": "dynamic", "max_batch_size": 3, "batch_timeout_us": 10_000_000}
+        instance = ModelInstance(KEY, 0, "cpu", inferer, Merging(), lambda out: out)
+        stats = ModelStats()
+        sched = ModelScheduler(model_settings(batching=dynamic), [instance], ConcurrencyLimit(8), stats)
+        assert sched.policy.counts_requests
+        # Three requests of different shapes and row counts (one over max_batch_size) fill one batch.
+        tasks = await started(
+            ask(sched, "a", rows=7, key="x"), ask(sched, "b", key="y"), ask(sched, "c", rows=2)
+        )
+        assert [await task for task in tasks] == ["a", "b", "c"]
+        assert inferer.ran == [["a", "b", "c"]]
+        counters = stats.model(KEY)
+        assert (counters.batches_run, counters.rows_run) == (1, 3)  # rows_run counts requests here
         close(sched, inferer)
 
     run(scenario)

@@ -81,9 +81,10 @@ def test_model_code_sees_the_raw_request(http: httpx.Client) -> None:
     assert reply.json() == {
         "method": "PUT",
         "path": "/raw",
-        "content_type": "application/json",
+        "content_type": "application/json; charset=utf-8",  # Flask's: the header as sent
+        "mimetype": "application/json",
         "header": "seen",
-        "args": {"form": "json", "a": "2", "b": "x"},
+        "args": {"form": "json", "a": "1", "b": "x"},  # Flask's: the first value of each
         "remote_addr": "127.0.0.1",
         "size": 13,
         "json": {"k": [1, 2]},
@@ -97,13 +98,22 @@ def test_model_code_sees_the_raw_request(http: httpx.Client) -> None:
         ("bytes", 200, "application/octet-stream", b"\x00\x01raw"),
         ("tuple", 201, "text/x-made", b"made"),
         ("pair", 404, "application/json", b'{"error":"no such thing"}'),
+        ("pair_headers", 200, "text/plain; charset=utf-8", b"made"),
+        ("generator", 200, "application/octet-stream", b"a\nb\n"),
+        ("reported", 422, "text/plain; charset=utf-8", b"refused"),
     ],
 )
 def test_answer_forms(http: httpx.Client, form: str, status: int, content_type: str, body: bytes) -> None:
     reply = http.post(f"/raw?form={form}", content=b"x")
     assert (reply.status_code, reply.headers["content-type"], reply.content) == (status, content_type, body)
-    if form == "tuple":
+    if form in ("tuple", "pair_headers"):
         assert reply.headers["x-made"] == "yes"
+
+
+def test_an_error_reported_without_an_answer_is_the_500_envelope(http: httpx.Client) -> None:
+    reply = http.post("/raw?form=reported_only", content=b"x")
+    assert reply.status_code == 500
+    assert reply.json()["status"]["msg"].startswith("refused on purpose")
 
 
 def test_malformed_json_read_by_the_model_is_a_400(http: httpx.Client) -> None:

@@ -35,6 +35,7 @@ class InspectInferer(ModelInferer):
             "method": request.method,
             "path": request.path,
             "content_type": request.content_type,
+            "mimetype": request.mimetype,
             "header": request.headers.get("x-probe", ""),  # looked up in lower case on purpose
             "args": request.args,
             "remote_addr": request.remote_addr,
@@ -52,6 +53,15 @@ class InspectInferer(ModelInferer):
             context.set_http_response(("made", 201, {"X-Made": "yes", "Content-Type": "text/x-made"}))
         elif form == "pair":
             context.set_http_response(({"error": "no such thing"}, 404))
+        elif form == "pair_headers":  # Flask's (body, headers)
+            context.set_http_response(("made", {"X-Made": "yes"}))
+        elif form == "generator":  # streamed as it is made, as Flask streams a generator
+            context.set_http_response(chunk for chunk in ["a\n", b"b\n"])
+        elif form == "reported":  # grps's rule: an error reported with an answer set sends the answer
+            context.set_err_msg("refused on purpose")
+            context.set_http_response(("refused", 422))
+        elif form == "reported_only":
+            context.set_err_msg("refused on purpose")
         elif form == "reach":  # what the request object leads to, two references deep
             context.set_http_response(sorted(reachable_types(request)))
         elif form == "bad":
@@ -77,7 +87,7 @@ class WordsInferer(ModelInferer):
         assert request is not None
         body = request.get_data()
         text = body.decode()
-        if request.content_type == "application/json":
+        if request.mimetype == "application/json":
             text = str(request.get_json().get("text", ""))
         words = text.split()
         if context.if_streaming():
