@@ -62,12 +62,16 @@ class OipClient:
             made.append(item)
         return made
 
-    def requested(self, names: list[str] | None) -> list[Any] | None:
+    def requested(self, names: list[str] | None, class_count: int = 0) -> list[Any] | None:
+        """Requested outputs; `class_count` asks for each one's top classes (classification)."""
         if names is None:
             return None
         if self.protocol == "http":
-            return [thttp.InferRequestedOutput(name, binary_data=self.binary) for name in names]
-        return [tgrpc.InferRequestedOutput(name) for name in names]
+            return [
+                thttp.InferRequestedOutput(name, binary_data=self.binary, class_count=class_count)
+                for name in names
+            ]
+        return [tgrpc.InferRequestedOutput(name, class_count=class_count) for name in names]
 
     def infer(
         self,
@@ -79,15 +83,19 @@ class OipClient:
         request_id: str = "",
         parameters: dict[str, Any] | None = None,
         datatypes: dict[str, str] | None = None,
+        class_count: int = 0,
+        **options: Any,
     ) -> Answer:
+        """`options` go to tritonclient's infer as they are (sequence_id, priority, ...)."""
         try:
             result = self.client.infer(
                 model,
                 self.inputs(arrays, datatypes),
                 model_version=version,
-                outputs=self.requested(outputs),
+                outputs=self.requested(outputs, class_count),
                 request_id=request_id,
                 parameters=parameters,
+                **options,
             )
         except InferenceServerException as exc:
             return Answer(error=self.category(exc), message=exc.message())

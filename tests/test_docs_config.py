@@ -37,6 +37,7 @@ from grps_py.core.config import (
     parse_server_settings,
 )
 from grps_py.core.protection import LIMITS_KEYS, SECURITY_KEYS, TLS_KEYS
+from grps_py.core.sequence import CONTROL_KINDS, SEQUENCE_KEYS
 from grps_py.core.yaml_fields import Fields
 
 PAGE = Path(__file__).resolve().parent.parent / "docs" / "configuration.md"
@@ -60,6 +61,8 @@ INFERENCE: Sections = {
     "models[]": _MODEL_KEYS,
     "models[].batching": _BATCHING_KEYS,
     "models[].warmup": _WARMUP_KEYS,
+    "models[].sequence_batching": SEQUENCE_KEYS,
+    "models[].sequence_batching.control_inputs": CONTROL_KINDS,
     "models[].inputs[]": _TENSOR_KEYS,
     "models[].outputs[]": _TENSOR_KEYS,
     "dag": _DAG_KEYS,

@@ -197,3 +197,23 @@ def as_json(oip: OipClient) -> dict[str, Any]:
 
 def grpc(oip: OipClient) -> bool:
     return oip.protocol == "grpc"
+
+
+# --- options the server cannot honour are refused, not ignored ----------------------------------
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"sequence_id": 42},
+        {"sequence_id": "session-1", "sequence_start": True},
+        {"sequence_id": 9, "sequence_end": True},
+    ],
+)
+def test_a_sequence_sent_to_a_model_without_sequence_batching_is_invalid(
+    oip: OipClient, options: dict[str, Any]
+) -> None:
+    """Its answers would silently lose the sequence's state: refused, naming the parameter."""
+    answer = oip.infer("identity", {"a": np.ones(1, np.int32)}, **options)
+    assert answer.error == "invalid" and "'sequence_id'" in answer.message
+    assert "no sequence batching" in answer.message

@@ -99,11 +99,15 @@ def oip_infer_bytes(response: OipResponse, binary_outputs: set[str], limit: int)
     """`oip_json.encode_response`'s body: outputs in JSON, or binary for the names in `binary_outputs`
     (an output meant for JSON may still go binary, which is never larger)."""
     total = _HEAD + _oip_head(response) + _parameters(response.parameters)
+    placed = response.placed
     for tensor in response.outputs:
         if total > limit:
             break
         shape, count, dtype, data = _shape_dtype(tensor)
         total += _ENTRY + _text(tensor.name) + _DIM * len(shape)
+        if placed and tensor.name in placed:  # in shared memory: only its parameters are answered
+            total += _parameters(placed[tensor.name])
+            continue
         binary = tensor.name in binary_outputs
         if dtype.kind in "OUS":
             if count * _STRING > limit - total:

@@ -3,7 +3,10 @@ extension (`oip_binary`). Triton's `generate` extension is `oip_generate`.
 
 Decoding is strict, and every client mistake is an `InvalidInput` whose message names the tensor.
 JSON tensor data is read, and written, by `json_values`: checked against its datatype in bulk, and
-answered with the shortest digits for the tensor's precision and exact 64-bit integers.
+answered with the shortest digits for the tensor's precision and exact 64-bit integers. An input
+whose data is in shared memory (`shared_memory_region`) is decoded as a `SharedInput`, read from its
+region by `oip_shared_memory` before the request runs; an output written to shared memory is answered
+with its parameters and no data.
 """
 
 from __future__ import annotations
@@ -36,15 +39,26 @@ from grps_py.core.oip import (
     BINARY_DATA,
     BINARY_DATA_OUTPUT,
     BINARY_DATA_SIZE,
+    SHARED_MEMORY_REGION,
     OipRequest,
     OipResponse,
     RequestedOutput,
+    SharedInput,
+    SharedMemoryRef,
+    requested_output,
+    shared_memory_ref,
 )
 from grps_py.core.protection import LimitsSettings
 from grps_py.core.types import Tensor
 from grps_py.core.untrusted import shown
 
-__all__ = ["decode_request", "encode_error", "encode_response", "response_head"]
+__all__ = [
+    "decode_register_request",
+    "decode_request",
+    "encode_error",
+    "encode_response",
+    "response_head",
+]
 
 
 # --- requests ----------------------------------------------------------------------------------
@@ -52,13 +66,15 @@ __all__ = ["decode_request", "encode_error", "encode_response", "response_head"]
 
 @dataclass
 class _InputHeader:
-    """One entry of `inputs`, checked; its values are in `data` or (`binary_size`) in the binary part."""
+    """One entry of `inputs`, checked; its values are in `data`, (`binary_size`) in the binary part, or
+    (`shared`) in a shared-memory region."""
 
     name: str
     datatype: str
     shape: list[int]
     data: Any
     binary_size: int | None
+    shared: SharedMemoryRef | None = None
 
 
 def decode_request(
@@ -86,7 +102,8 @@ def decode_request(
     if len({h.name for h in headers}) != len(headers):
         raise InvalidInput("two inputs have the same name")
     request_id = expect_str(document.get("id", ""), "id")
-    return OipRequest(_decode_inputs(headers, binary, limits), outputs, request_id, parameters)
+    inputs, shared = _decode_inputs(headers, binary, limits)
+    return OipRequest(inputs, outputs, request_id, parameters, shared)
 
 
 def _requested_output(item: Any, index: int) -> RequestedOutput:
@@ -96,7 +113,7 @@ def _requested_output(item: Any, index: int) -> RequestedOutput:
     binary = parameters.pop(BINARY_DATA, None)
     if binary is not None and type(binary) is not bool:
         raise InvalidInput(f"output '{shown(name, 64)}': '{BINARY_DATA}' must be true or false")
-    return RequestedOutput(name, binary, parameters)
+    return requested_output(name, binary, parameters)
 
 
 def _input_header(item: Any, index: int) -> _InputHeader:
@@ -110,22 +127,31 @@ def _input_header(item: Any, index: int) -> _InputHeader:
         )
     shape = expect_shape(fields.get("shape"), label)
     parameters = expect_parameters(fields.get("parameters"), f"{label} parameters")
-    if "shared_memory_region" in parameters:
-        raise InvalidInput(f"{label}: shared memory is not supported")
+    shared = shared_memory_ref(parameters, label)
     size = parameters.get(BINARY_DATA_SIZE)
     if size is not None and (type(size) is not int or size < 0):
         raise InvalidInput(f"{label}: '{BINARY_DATA_SIZE}' must be a non-negative integer")
-    if (size is None) == ("data" not in fields):
-        raise InvalidInput(f"{label}: give either data or parameters.{BINARY_DATA_SIZE}")
-    return _InputHeader(name, datatype, shape, fields.get("data"), size)
+    if ("data" in fields) + (size is not None) + (shared is not None) != 1:
+        raise InvalidInput(
+            f"{label}: give either data or parameters.{BINARY_DATA_SIZE} "
+            f"(or parameters.{SHARED_MEMORY_REGION}), exactly one of them"
+        )
+    return _InputHeader(name, datatype, shape, fields.get("data"), size, shared)
 
 
-def _decode_inputs(headers: list[_InputHeader], binary: memoryview, limits: LimitsSettings) -> list[Tensor]:
-    """Tensors in input order; binary inputs take consecutive slices that must use up the binary part."""
-    tensors, offset = [], 0
+def _decode_inputs(
+    headers: list[_InputHeader], binary: memoryview, limits: LimitsSettings
+) -> tuple[list[Tensor], list[SharedInput]]:
+    """Tensors in input order, but for those in shared memory (their `SharedInput`s say where they go);
+    binary inputs take consecutive slices that must use up the binary part."""
+    tensors, shared, offset = [], [], 0
     budget = ElementBudget(limits)
-    for header in headers:
+    for index, header in enumerate(headers):
         label = input_label(header.name)
+        if header.shared is not None:
+            budget.take_shape(header.shape, label)
+            shared.append(SharedInput(index, header.name, header.datatype, header.shape, header.shared))
+            continue
         if header.binary_size is None:
             array = json_tensor(header.data, header.datatype, header.shape, label, budget, limits)
         else:
@@ -141,7 +167,7 @@ def _decode_inputs(headers: list[_InputHeader], binary: memoryview, limits: Limi
         tensors.append(Tensor(header.name, array))
     if offset != len(binary):
         raise InvalidInput(f"the body has {len(binary) - offset} bytes of binary data that no input claims")
-    return tensors
+    return tensors, shared
 
 
 # --- responses ---------------------------------------------------------------------------------
@@ -157,9 +183,14 @@ def encode_response(response: OipResponse, binary_outputs: set[str]) -> tuple[by
     """
     entries: list[dict[str, Any]] = []
     chunks: list[bytes | memoryview] = []
+    placed = response.placed
     for tensor in response.outputs:
         array, datatype = output_array(tensor)
         entry: dict[str, Any] = {"name": tensor.name, "datatype": datatype, "shape": list(array.shape)}
+        if placed and tensor.name in placed:  # written to shared memory: its parameters say where
+            entry["parameters"] = placed[tensor.name]
+            entries.append(entry)
+            continue
         data = None if tensor.name in binary_outputs else json_data(array, datatype)
         if data is None:
             chunks.append(tensor_to_bytes(array, datatype))
@@ -175,6 +206,24 @@ def encode_response(response: OipResponse, binary_outputs: set[str]) -> tuple[by
     if not chunks:
         return header, None
     return b"".join([header, *chunks]), len(header)
+
+
+def decode_register_request(body: bytes, limits: LimitsSettings = DEFAULT_LIMITS) -> tuple[str, int, int]:
+    """A system shared-memory register request, `{"key": str, "offset": int, "byte_size": int}`: the key,
+    offset (default 0) and byte size, each checked (sizes 0 to 2**64-1)."""
+    document = expect_object(load(body, limits=limits), "the register request")
+    if "key" not in document:
+        raise InvalidInput("Shared memory register request has no 'key' field")
+    key = expect_str(document["key"], "key")
+    if "byte_size" not in document:
+        raise InvalidInput("Shared memory register request has no 'byte_size' field")
+    return key, _uint64(document.get("offset", 0), "offset"), _uint64(document["byte_size"], "byte_size")
+
+
+def _uint64(value: Any, name: str) -> int:
+    if type(value) is not int or not 0 <= value < 2**64:
+        raise InvalidInput(f"'{name}' must be a non-negative integer, not {show(value)}")
+    return value
 
 
 def encode_error(message: str) -> bytes:

@@ -9,8 +9,10 @@ per value), the integer fields go element by element.
 Raw contents use the HTTP binary extension's layout, so their reading and writing is shared with
 `oip_binary` (the same checks and messages on both transports). Every client mistake is an
 `InvalidInput` naming the tensor; sizes are checked by arithmetic before anything is allocated, so a
-huge claimed shape costs nothing. Shared memory (Triton's
-`shared_memory_region` parameter) is `Unsupported`: this server has no shared-memory regions.
+huge claimed shape costs nothing. An input in shared memory (Triton's `shared_memory_region`
+parameter) is decoded as a `SharedInput` (read from its region by `oip_shared_memory`) and takes no
+entry of `raw_input_contents`, as in Triton; an output written to shared memory is answered with its
+parameters and an empty raw entry.
 """
 
 from __future__ import annotations
@@ -27,8 +29,15 @@ from grps_py.codecs.oip_binary import reshape, tensor_from_bytes, tensor_to_byte
 from grps_py.codecs.pb_wire import SerializedWithRaw, encode_varint
 from grps_py.core.catalog import ModelEntry
 from grps_py.core.datatypes import BYTES, DATATYPE_NAMES, OIP_DTYPES, datatype_of
-from grps_py.core.errors import InvalidInput, ModelError, Unsupported
-from grps_py.core.oip import OipRequest, OipResponse, RequestedOutput
+from grps_py.core.errors import InvalidInput, ModelError
+from grps_py.core.oip import (
+    OipRequest,
+    OipResponse,
+    RequestedOutput,
+    SharedInput,
+    requested_output,
+    shared_memory_ref,
+)
 from grps_py.core.protection import LimitsSettings
 from grps_py.core.signature import TensorSpec
 from grps_py.core.types import Tensor
@@ -48,7 +57,6 @@ __all__ = [
 Array = np.ndarray[Any, Any]
 _INT64_LIMIT = 2**63
 _UINT64_LIMIT = 2**64
-_SHARED_MEMORY = "shared_memory_region"
 _RAW_OUTPUT_CONTENTS = pb.ModelInferResponse.DESCRIPTOR.fields_by_name["raw_output_contents"].number
 _DATATYPES = ", ".join(DATATYPE_NAMES)
 # The typed contents field of each datatype; FP16 and BF16 have none and travel only raw.
@@ -118,28 +126,62 @@ def _parameter_field(key: str, value: Any) -> tuple[str, Any]:
 def decode_infer_request(msg: pb.ModelInferRequest, limits: LimitsSettings = DEFAULT_LIMITS) -> OipRequest:
     """The request's tensors, requested outputs, id and parameters (model name and version stay in `msg`).
 
-    Per-input parameters have no place in `OipRequest` and are dropped, except that shared memory
-    is refused. Input arrays decoded from raw contents are read-only views of the message's bytes.
-    The request is held to `limits` (inputs and requested outputs each count against `limits.tensors`).
+    Per-input parameters have no place in `OipRequest` and are dropped, except shared memory's. Input
+    arrays decoded from raw contents are read-only views of the message's bytes. The request is held to
+    `limits` (inputs and requested outputs each count against `limits.tensors`).
     """
     count = len(msg.inputs)
     check_tensors(count, limits, "inputs")
     check_tensors(len(msg.outputs), limits, "requested outputs")
-    raw = msg.raw_input_contents
-    if raw and len(raw) != count:
-        raise InvalidInput(f"raw_input_contents has {len(raw)} entries for {count} inputs")
     budget = ElementBudget(limits)
-    inputs = [
-        _decode_input(tensor, raw[i] if raw else None, budget, limits) for i, tensor in enumerate(msg.inputs)
-    ]
+    shared = _shared_inputs(msg, budget) if _any_parameters(msg) else []
+    raw = msg.raw_input_contents
+    in_message = count - len(shared)  # the inputs that carry their data
+    if raw and len(raw) != in_message:
+        raise InvalidInput(f"raw_input_contents has {len(raw)} entries for {in_message} inputs")
+    skip = {item.index for item in shared}
+    inputs, n = [], 0
+    for i, tensor in enumerate(msg.inputs):
+        if i in skip:
+            continue
+        inputs.append(_decode_input(tensor, raw[n] if raw else None, budget, limits))
+        n += 1
     outputs = [_decode_requested_output(output) for output in msg.outputs] if msg.outputs else []
-    return OipRequest(inputs, outputs, msg.id, parameters_to_dict(msg.parameters))
+    return OipRequest(inputs, outputs, msg.id, parameters_to_dict(msg.parameters), shared)
+
+
+def _any_parameters(msg: pb.ModelInferRequest) -> bool:
+    """Whether an input has parameters (tritonclient sends none unless its data is in shared memory)."""
+    return any(tensor.parameters for tensor in msg.inputs)
+
+
+def _shared_inputs(msg: pb.ModelInferRequest, budget: ElementBudget) -> list[SharedInput]:
+    """The inputs whose data is in shared memory (they carry none in the message)."""
+    shared = []
+    for index, tensor in enumerate(msg.inputs):
+        label = input_label(tensor.name)
+        ref = shared_memory_ref(parameters_to_dict(tensor.parameters), label) if tensor.parameters else None
+        if ref is None:
+            continue
+        datatype = tensor.datatype
+        if datatype not in OIP_DTYPES:
+            raise InvalidInput(
+                f"{label}: unknown datatype '{shown(datatype, 40)}'; expected one of {_DATATYPES}"
+            )
+        if tensor.HasField("contents"):
+            raise InvalidInput(f"{label}: sets contents while its data is in shared memory; use one")
+        shape = list(tensor.shape)
+        if shape and min(shape) < 0:
+            raise InvalidInput(f"{label}: shape {shape} has a negative dimension")
+        budget.take_shape(shape, label)
+        shared.append(SharedInput(index, tensor.name, datatype, shape, ref))
+    return shared
 
 
 def _decode_requested_output(output: pb.ModelInferRequest.InferRequestedOutputTensor) -> RequestedOutput:
-    if _SHARED_MEMORY in output.parameters:
-        raise Unsupported(f"output '{shown(output.name, 64)}': shared memory is not supported by this server")
-    return RequestedOutput(output.name, None, parameters_to_dict(output.parameters))
+    if not output.parameters:
+        return RequestedOutput(output.name)
+    return requested_output(output.name, None, parameters_to_dict(output.parameters))
 
 
 def _decode_input(
@@ -152,8 +194,6 @@ def _decode_input(
     datatype = tensor.datatype
     if datatype not in OIP_DTYPES:
         raise InvalidInput(f"{label}: unknown datatype '{shown(datatype, 40)}'; expected one of {_DATATYPES}")
-    if _SHARED_MEMORY in tensor.parameters:
-        raise Unsupported(f"{label}: shared memory is not supported by this server")
     shape = list(tensor.shape)
     if shape and min(shape) < 0:
         raise InvalidInput(f"{label}: shape {shape} has a negative dimension")
@@ -259,13 +299,18 @@ def _encode_head(resp: OipResponse, reply: pb.ModelInferResponse) -> list[bytes 
             set_parameters(reply.parameters, resp.parameters)
         except (TypeError, ValueError) as exc:
             raise ModelError(f"the model returned an invalid response parameter: {exc}") from exc
-    buffers = []
+    buffers: list[bytes | memoryview] = []
+    placed = resp.placed
     for tensor in resp.outputs:
         array = tensor.array
         datatype = datatype_of(array.dtype)
         if datatype is None:
             raise ModelError(f"output '{tensor.name}' has numpy dtype {array.dtype}, which OIP cannot carry")
-        reply.outputs.add(name=tensor.name, datatype=datatype, shape=array.shape)
+        output = reply.outputs.add(name=tensor.name, datatype=datatype, shape=array.shape)
+        if placed and tensor.name in placed:  # written to shared memory: an empty entry keeps the order
+            set_parameters(output.parameters, placed[tensor.name])
+            buffers.append(b"")
+            continue
         buffers.append(tensor_to_bytes(array, datatype))
     return buffers
 

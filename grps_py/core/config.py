@@ -26,6 +26,7 @@ from grps_py.core.protection import (
     parse_security,
     parse_tls,
 )
+from grps_py.core.sequence import SEQUENCE_KEYS, SequenceSettings, parse_sequence_batching
 from grps_py.core.signature import TensorSpec
 from grps_py.core.yaml_fields import (
     Fields,
@@ -159,6 +160,10 @@ class ModelSettings:
     default_priority_level: int = 1  # 1 is the highest
     priority_aging_us: int = 100_000  # a waiting request moves up one level per this much waiting
     warmup: WarmupSettings | None = None
+    # The model may answer a request with any number of streamed messages (Triton's decoupled models):
+    # what OIP's model config tells clients, so that they call it over a stream.
+    streaming: bool = False
+    sequence_batching: SequenceSettings | None = None  # a stateful model's sequences (core/sequence.py)
     index: int = 0  # position in `models`, for error messages
 
     @property
@@ -231,10 +236,12 @@ _MODEL_KEYS = (
     "default_priority_level",
     "priority_aging_us",
     "warmup",
+    "streaming",
+    "sequence_batching",
 )
 _WARMUP_KEYS = ("kind", "batch_size", "count", "file")
 _WARMUP_KINDS = ("zeros", "random", "file")
-_TENSOR_KEYS = ("name", "datatype", "shape")
+_TENSOR_KEYS = ("name", "datatype", "shape", "label_filename")
 _BATCHING_KEYS = ("type", "max_batch_size", "batch_timeout_us", "preferred_batch_size", "max_queue_size")
 _DAG_KEYS = ("type", "name", "nodes")
 _NODE_KEYS = ("name", "type", "model", "inputs")
@@ -459,8 +466,8 @@ def _parse_model(fields: Fields, index: int, project_dir: Path) -> ModelSettings
         converter_path=fields.file_path("converter_path", project_dir),
         converter_args=fields.mapping("converter_args"),
         batching=_parse_batching(fields.section("batching", _BATCHING_KEYS)),
-        inputs=_parse_tensors(fields, "inputs"),
-        outputs=_parse_tensors(fields, "outputs"),
+        inputs=_parse_tensors(fields, "inputs", project_dir),
+        outputs=_parse_tensors(fields, "outputs", project_dir),
         **_parse_scheduling(fields, project_dir),
         index=index,
     )
@@ -486,6 +493,8 @@ def _parse_scheduling(fields: Fields, project_dir: Path) -> dict[str, Any]:
         "default_priority_level": default_level,
         "priority_aging_us": fields.integer("priority_aging_us", defaults.priority_aging_us, 1),
         "warmup": warmup,
+        "streaming": fields.boolean("streaming", defaults.streaming),
+        "sequence_batching": parse_sequence_batching(fields.section("sequence_batching", SEQUENCE_KEYS)),
     }
 
 
@@ -503,20 +512,26 @@ def _parse_warmup(fields: Fields, project_dir: Path) -> WarmupSettings:
     )
 
 
-def _parse_tensors(fields: Fields, key: str) -> tuple[TensorSpec, ...]:
-    """`inputs` / `outputs`: [{name, datatype, shape}] with OIP datatype names; shape may be left out."""
-    specs = tuple(
-        TensorSpec(
-            name=item.req_text("name"),
-            datatype=item.req_text("datatype", DATATYPE_NAMES),
-            shape=item.shape("shape"),
-        )
-        for item in fields.items(key, _TENSOR_KEYS, required=False)
-    )
+def _parse_tensors(fields: Fields, key: str, project_dir: Path) -> tuple[TensorSpec, ...]:
+    """`inputs` / `outputs`: [{name, datatype, shape, label_filename}] with OIP datatype names; shape may
+    be left out. An output's label file is read when the server builds its catalog (an input's is not
+    used: the two lists take the same keys)."""
+    specs = tuple(_tensor_spec(item, project_dir) for item in fields.items(key, _TENSOR_KEYS, required=False))
     check_unique(
         fields.source, [(f"{fields.key(key)}[{i}].name", s.name) for i, s in enumerate(specs)], "name"
     )
     return specs
+
+
+def _tensor_spec(item: Fields, project_dir: Path) -> TensorSpec:
+    label = item.opt_text("label_filename")
+    return TensorSpec(
+        name=item.req_text("name"),
+        datatype=item.req_text("datatype", DATATYPE_NAMES),
+        shape=item.shape("shape"),
+        label_filename=label,
+        label_path=None if label is None else resolve_path(label, project_dir),
+    )
 
 
 def _parse_version(fields: Fields) -> str:

@@ -1,7 +1,9 @@
 """The Open Inference Protocol over the executor: what the /v2 routes and GRPCInferenceService share.
 
 The adapters decode the wire into an `OipRequest`, call this, and encode the `OipResponse`; the
-inference itself is the executor's one path, the same the grps API takes.
+inference itself is the executor's one path, the same the grps API takes. Request parameters the
+server cannot honour for the model are refused here (a sequence for a model without sequence
+batching, a reserved `triton_` key), and classified outputs are answered as their classes.
 """
 
 from __future__ import annotations
@@ -13,21 +15,44 @@ from typing import Any
 import numpy as np
 
 from grps_py.core.catalog import Catalog, ModelEntry, model_config
+from grps_py.core.classification import classify
 from grps_py.core.context import GrpsContext
 from grps_py.core.dag import Dag
-from grps_py.core.errors import InvalidInput, ModelError
+from grps_py.core.errors import InvalidInput, ModelError, Unsupported
 from grps_py.core.executor import SERVER_NAME, Executor
-from grps_py.core.oip import OipRequest, OipResponse
+from grps_py.core.oip import (
+    EMPTY_FINAL_RESPONSE,
+    SEQUENCE_PARAMETERS,
+    TRITON_PREFIX,
+    OipRequest,
+    OipResponse,
+    RequestedOutput,
+)
+from grps_py.core.shared_memory import SharedMemoryRegions
 from grps_py.core.signature import messages_can_carry
 from grps_py.core.telemetry import OIP_HTTP
 from grps_py.core.types import InferRequest, Payload, PayloadKind, Tensor
 from grps_py.core.untrusted import MAX_DECIMAL_DIGITS, shown
 
-# Only what is really implemented is advertised.
-EXTENSIONS = ("binary_tensor_data", "model_configuration", "generate", "parameters")
+# Only what is really implemented is advertised: not `model_repository`, whose load and unload are not
+# (the index alone is), nor `cuda_shared_memory`.
+EXTENSIONS = (
+    "binary_tensor_data",
+    "classification",
+    "model_configuration",
+    "system_shared_memory",
+    "schedule_policy",
+    "sequence",
+    "statistics",
+    "generate",
+    "parameters",
+)
+READY, UNAVAILABLE = "READY", "UNAVAILABLE"  # model states in the repository index
+CUDA_SHARED_MEMORY = "CUDA shared memory is not supported by this server"
 _DEFAULT_OUTPUT = "output"
 
 
+# The regions of each server (its executor): HTTP and gRPC register into and read from the same ones.
 def server_version() -> str:
     try:
         return metadata.version("grps-py")
@@ -42,6 +67,11 @@ class OipDataplane:
     def __init__(self, executor: Executor, protocol: str = OIP_HTTP) -> None:
         self.executor = executor
         self.protocol = protocol
+
+    @property
+    def shared_memory(self) -> SharedMemoryRegions:
+        """The server's system shared-memory regions (the executor's: one registry per server)."""
+        return self.executor.shared_memory
 
     @property
     def catalog(self) -> Catalog:
@@ -74,6 +104,30 @@ class OipDataplane:
     def model_config(self, name: str, version: str = "") -> dict[str, Any]:
         return model_config(self.catalog.entry(name, version))
 
+    def repository_index(self, ready_only: bool = False) -> list[dict[str, str]]:
+        """Every model version (the DAG too) with its state, as Triton's repository index answers:
+        READY, or UNAVAILABLE and why. The index is read-only here: models are loaded at start-up."""
+        index = []
+        for name in self.catalog.names():
+            for version in self.catalog.versions(name):
+                reason = self._unavailable(name, version)
+                if ready_only and reason:
+                    continue
+                state = UNAVAILABLE if reason else READY
+                index.append({"name": name, "version": version, "state": state, "reason": reason})
+        return index
+
+    def _unavailable(self, name: str, version: str) -> str:
+        """Why a model version cannot serve ("" when it can), as `model_ready` judges it."""
+        if self.model_ready(name, version):
+            return ""
+        executor = self.executor
+        if not executor.is_loaded:
+            return "loading"
+        if executor.draining:
+            return "the server is shutting down"
+        return "the server is offline"
+
     # -- inference -----------------------------------------------------------------------------
     def context(
         self, request: OipRequest, rid: str, deadline_s: float | None = None, streaming: bool = False
@@ -101,6 +155,8 @@ class OipDataplane:
         self, name: str, version: str, request: OipRequest, ctx: GrpsContext
     ) -> tuple[ModelEntry, InferRequest]:
         entry = self.executor.catalog.entry(name, version)  # not the property: runs per request
+        if request.parameters:
+            _check_parameters(entry, request.parameters)
         if request.outputs:
             known = {spec.name for spec in entry.outputs}
             for wanted in request.outputs:
@@ -133,7 +189,10 @@ class OipDataplane:
             missing = [w.name for w in request.outputs if w.name not in by_name]
             if missing:
                 raise InvalidInput(_unknown_output(missing[0], entry, list(by_name)))
-            outputs = [by_name[w.name] for w in request.outputs]
+            outputs = [
+                _classified(entry, w, by_name[w.name]) if w.classification else by_name[w.name]
+                for w in request.outputs
+            ]
         return OipResponse(entry.name, entry.version, outputs, id=request.id)
 
     def _tensors(self, entry: ModelEntry, payload: Payload) -> list[Tensor]:
@@ -161,6 +220,37 @@ class OipDataplane:
 
 
 _MAX_INT_PARAMETER = 10**MAX_DECIMAL_DIGITS - 1  # as the HTTP controls (Grps-Timeout-Us) allow
+
+
+def _check_parameters(entry: ModelEntry, parameters: dict[str, Any]) -> None:
+    """Refuse what the server would otherwise ignore: a sequence's parameters sent to a model that takes
+    no sequences (its answers would silently lose the sequence's state), and Triton's reserved keys."""
+    if entry.sequence_batching is None:
+        for key in SEQUENCE_PARAMETERS:
+            if key in parameters:
+                raise InvalidInput(
+                    f"parameter '{key}': model '{entry.name}' has no sequence batching, so it cannot run "
+                    "a request as part of a sequence"
+                )
+    for key in parameters:
+        if key.startswith(TRITON_PREFIX) and key != EMPTY_FINAL_RESPONSE:
+            raise InvalidInput(
+                f"parameter '{shown(key, 64)}': keys starting with '{TRITON_PREFIX}' are reserved; the only "
+                f"one a client may send is '{EMPTY_FINAL_RESPONSE}'"
+            )
+
+
+def _classified(entry: ModelEntry, wanted: RequestedOutput, tensor: Tensor) -> Tensor:
+    """The output as its top classes (Triton's classification extension), labelled from its label file."""
+    spec = next((s for s in entry.outputs if s.name == wanted.name), None)
+    labels = spec.labels if spec is not None else ()
+    array = classify(wanted.name, tensor.array, wanted.classification, entry.max_batch_size > 0, labels)
+    return Tensor(wanted.name, array)
+
+
+def cuda_shared_memory() -> Unsupported:
+    """The answer to every CUDA shared-memory route and rpc."""
+    return Unsupported(CUDA_SHARED_MEMORY)
 
 
 def _int_parameter(parameters: dict[str, Any], name: str) -> int:

@@ -10,7 +10,7 @@ from typing import Any
 
 import yaml
 
-from grps_py.core.catalog import Catalog
+from grps_py.core.catalog import DAG_VERSION, Catalog
 from grps_py.core.config import InferenceSettings, ServerSettings
 from grps_py.core.context import STREAM_END, GrpsContext, StreamSink
 from grps_py.core.dag import Dag
@@ -19,9 +19,11 @@ from grps_py.core.errors import Cancelled, DeadlineExceeded, InvalidInput, Model
 from grps_py.core.node import ModelNode
 from grps_py.core.observer import FanOut, ModelStats, SchedulerObserver, summary
 from grps_py.core.scheduler import ConcurrencyLimit
+from grps_py.core.shared_memory import SharedMemoryRegions
 from grps_py.core.signature import TensorSpec
+from grps_py.core.statistics import InferenceStats, Statistics
 from grps_py.core.telemetry import RequestFanOut
-from grps_py.core.types import InferRequest, InferResponse, MessageBridge, PayloadKind
+from grps_py.core.types import InferRequest, InferResponse, MessageBridge, Payload, PayloadKind
 from grps_py.core.untrusted import shown
 from grps_py.core.warmup import Progress, no_progress, warm_up
 
@@ -129,6 +131,17 @@ class Executor:
         self.bridge = bridge
         self.catalog = Catalog(self.nodes, self.dag)
         self._by_name = self._index_by_name()
+        # Triton's statistics extension: each model version's, and the DAG's under its name (unless a
+        # model has that name: OIP serves the model then).
+        self.dag_statistics = InferenceStats(self.dag.name, DAG_VERSION)
+        by_key = {key: node.statistics for key, node in self.nodes.items()}
+        if all(node.settings.name != self.dag.name for node in self.nodes.values()):
+            by_key[self.dag.name] = self.dag_statistics
+        self.statistics = Statistics(by_key)
+        if observer is not None and server.metrics.triton_names:
+            observer.export_statistics(self.statistics)
+        # Triton's system shared-memory regions, shared by both transports' OIP routes.
+        self.shared_memory = SharedMemoryRegions()
         self._online = False
         self._draining = False
         self._admission = Admission()
@@ -147,6 +160,7 @@ class Executor:
         report = on_progress or no_progress
         await asyncio.gather(*(self._load(node, report) for node in self.nodes.values()))
         await asyncio.gather(*(warm_up(node, report) for node in self.nodes.values() if node.settings.warmup))
+        self.statistics.reset()  # the warmup runs are not the clients' (nothing is admitted before this)
         self._admission.open = True
         if self.server_settings.start_online:
             self.online()
@@ -182,11 +196,13 @@ class Executor:
         """Answer every request still queued or running with ModelNotReady(message) (503 / UNAVAILABLE):
         the end of a drain. Streams end with that error as their last message."""
         for node in self.nodes.values():
-            node.scheduler.abort(lambda: ModelNotReady(message))
+            for scheduler in node.schedulers:
+                scheduler.abort(lambda: ModelNotReady(message))
 
     def close(self) -> None:
         for node in self.nodes.values():
             node.close()
+        self.shared_memory.close()
 
     # -- health --------------------------------------------------------------------------------
     def online(self) -> None:
@@ -234,7 +250,10 @@ class Executor:
         target = self.resolve(request.model)
         with self._admission:
             try:
-                payload = await target.run(request.payload, request.context)
+                if target is self.dag:
+                    payload = await self._run_dag(request.payload, request.context)
+                else:
+                    payload = await target.run(request.payload, request.context)
             except (DeadlineExceeded, asyncio.CancelledError):
                 # Answered at its deadline, or its client left, while its model may still be running: tell
                 # the model code, which may stop (if_disconnected()) and free its instance.
@@ -285,9 +304,23 @@ class Executor:
                     ctx.cancel()
                     task.cancel()
 
+    async def _run_dag(self, payload: Payload, ctx: GrpsContext) -> Payload:
+        """The DAG's run, counted under its name: its models count their own executions."""
+        started = time.perf_counter_ns()
+        try:
+            answer = await self.dag.run(payload, ctx)
+        except BaseException:
+            self.dag_statistics.failed(started)
+            raise
+        self.dag_statistics.answered(started)
+        return answer
+
     async def _produce(self, target: Dag | ModelNode, request: InferRequest, sink: StreamSink) -> None:
         try:
-            payload = await target.run(request.payload, request.context)
+            if target is self.dag:
+                payload = await self._run_dag(request.payload, request.context)
+            else:
+                payload = await target.run(request.payload, request.context)
             if request.context.streamed_count == 0 and payload.kind is not PayloadKind.EMPTY:
                 sink.put(payload)
         except asyncio.CancelledError:
@@ -341,6 +374,19 @@ class Executor:
             if specs:
                 meta[key] = [_describe_spec(spec) for spec in specs]
         return yaml.safe_dump(meta, sort_keys=False)
+
+    def model_statistics(self, name: str = "", version: str = "") -> list[dict[str, Any]]:
+        """Triton's `model_stats`: of every served model version (no `name`), of every version of `name`,
+        or of that one version; ModelNotFound when no such model or version is served."""
+        catalog = self.catalog
+        if version:
+            keys = [catalog.entry(name, version).key]
+        elif name:
+            keys = [catalog.entry(name, v).key for v in catalog.versions(name)] or [catalog.entry(name).key]
+        else:
+            keys = [catalog.entry(n, v).key for n in catalog.names() for v in catalog.versions(n)]
+        by_key = self.statistics.by_key
+        return [by_key[key].triton() for key in keys if key in by_key]
 
 
 def _stalled(ctx: GrpsContext, stall_s: float) -> None:

@@ -33,12 +33,14 @@ import contextvars
 import inspect
 import logging
 from collections.abc import Callable
+from time import perf_counter_ns
 from typing import Any
 
 from grps_py.core import request_scope
 from grps_py.core.context import GrpsContext
 from grps_py.core.instance_thread import InstanceThread
 from grps_py.core.model import Converter, ModelInferer
+from grps_py.core.statistics import Execution, Timed, executed
 from grps_py.core.types import Payload
 
 log = logging.getLogger("grps_py.model")
@@ -106,32 +108,54 @@ class ModelInstance:
         self.pool.shutdown(wait=False, cancel_futures=True)
 
     def _bind(self, ctx: GrpsContext) -> None:
-        """For `stream_respond_with_postprocess`: this instance's postprocess, as a Payload."""
+        """For `stream_respond_with_postprocess`: this instance's postprocess, as a Payload; and grps's
+        `context.converter` / `context.inferer`: the model running the request."""
         ctx.postprocess = lambda out: self._to_payload(self.converter.postprocess(out, ctx))
+        ctx.set_converter(self.converter)
+        ctx.set_inferer(self.inferer)
 
     # -- one request ---------------------------------------------------------------------------
     def run_one(self, inp: Any, ctx: GrpsContext) -> Any:
-        """The request's answer, or None once a step reported an error on its context."""
+        """The request's answer, or None once a step reported an error on its context. A `Timed` input
+        (the model node's) is unwrapped, and told the execution's step durations."""
+        timed = inp if type(inp) is Timed else None
+        if timed is not None:
+            inp = timed.inp
         self._bind(ctx)
+        started = perf_counter_ns()
         x = self.converter.preprocess(inp, ctx)
         if ctx.has_err():
             return None
+        preprocessed = perf_counter_ns()
         y = self.inferer.infer(x, ctx)
         if ctx.has_err():
             return None
-        return self.converter.postprocess(y, ctx)
+        inferred = perf_counter_ns()
+        out = self.converter.postprocess(y, ctx)
+        if timed is not None:
+            timed.execution = Execution(timed.rows, started, preprocessed, inferred, perf_counter_ns())
+        return out
 
     async def run_async(self, inp: Any, ctx: GrpsContext) -> Any:
         """Model code with `async def` parts: those run on the loop, the rest on this instance's thread.
-        Stops as `run_one` does when a step reported an error."""
+        Stops as `run_one` does when a step reported an error; times its steps as `run_one` does."""
+        timed = inp if type(inp) is Timed else None
+        if timed is not None:
+            inp = timed.inp
         self._bind(ctx)
+        started = perf_counter_ns()
         x = await self._call(self.converter.preprocess, inp, ctx)
         if ctx.has_err():
             return None
+        preprocessed = perf_counter_ns()
         y = await self._call(self.inferer.infer, x, ctx)
         if ctx.has_err():
             return None
-        return await self._call(self.converter.postprocess, y, ctx)
+        inferred = perf_counter_ns()
+        out = await self._call(self.converter.postprocess, y, ctx)
+        if timed is not None:
+            timed.execution = Execution(timed.rows, started, preprocessed, inferred, perf_counter_ns())
+        return out
 
     async def _call(self, fn: Callable[..., Any], arg: Any, ctx: GrpsContext) -> Any:
         if inspect.iscoroutinefunction(fn):
@@ -143,33 +167,39 @@ class ModelInstance:
         return _try_as(ctx, self.run_one, inp, ctx)
 
     # -- a batch -------------------------------------------------------------------------------
-    def run_batch(self, inps: list[Any], ctxs: list[GrpsContext]) -> list[Outcome]:
+    def run_batch(self, sent: list[Any], ctxs: list[GrpsContext]) -> list[Outcome]:
         """In the instance's thread: lines about the whole batch carry all its request ids, lines of one
-        request's own step its id alone."""
+        request's own step its id alone. `Timed` inputs are unwrapped and told the execution's steps."""
         for ctx in ctxs:
             self._bind(ctx)
+        inps = [item.inp if type(item) is Timed else item for item in sent]
         with request_scope.scoped(request_scope.batch_id(ctx.request_id for ctx in ctxs)):
             if self.batches_whole:
-                return self._run_whole(inps, ctxs)
-            return self._run_steps(inps, ctxs)
+                return self._run_whole(inps, ctxs, sent)
+            return self._run_steps(inps, ctxs, sent)
 
     # -- grps's contract: the converter merges and splits the batch ----------------------------
-    def _run_whole(self, inps: list[Any], ctxs: list[GrpsContext]) -> list[Outcome]:
+    def _run_whole(self, inps: list[Any], ctxs: list[GrpsContext], sent: list[Any]) -> list[Outcome]:
+        marks: list[int] = [perf_counter_ns()]  # started, preprocessed, inferred
         try:
-            outs = self._whole_batch(inps, ctxs)
+            outs = self._whole_batch(inps, ctxs, marks)
         except Exception as exc:
             log.info(
                 "model '%s': a batch of %d failed (%s); running it per request", self.key, len(inps), exc
             )
-            # A request that already reported its error keeps it; the others run one by one.
+            # A request that already reported its error keeps it; the others run one by one (each an
+            # execution of its own).
             return [
-                (None, None) if ctx.has_err() else self._run_alone(inp, ctx)
-                for inp, ctx in zip(inps, ctxs, strict=True)
+                (None, None) if ctx.has_err() else self._run_alone(item, ctx)
+                for item, ctx in zip(sent, ctxs, strict=True)
             ]
+        if len(marks) == 3:
+            executed(sent, *marks)
         return [(None if ctx.has_err() else out, None) for out, ctx in zip(outs, ctxs, strict=True)]
 
-    def _whole_batch(self, inps: list[Any], ctxs: list[GrpsContext]) -> list[Any]:
-        """batch_preprocess -> batch_infer -> batch_postprocess, each result handed whole to the next."""
+    def _whole_batch(self, inps: list[Any], ctxs: list[GrpsContext], marks: list[int]) -> list[Any]:
+        """batch_preprocess -> batch_infer -> batch_postprocess, each result handed whole to the next;
+        the time each step ended is appended to `marks` (the last by the caller)."""
         count = len(inps)
         x = self.converter.batch_preprocess(inps, ctxs)
         if _all_reported(ctxs):
@@ -178,9 +208,11 @@ class ModelInstance:
             raise TypeError(
                 "batch_preprocess merged the batch, but the inferer has no batch_infer to take it"
             )
+        marks.append(perf_counter_ns())
         y = self.inferer.batch_infer(x, ctxs)
         if _all_reported(ctxs):
             return [None] * count
+        marks.append(perf_counter_ns())
         if not _overrides(self.converter, Converter, "batch_postprocess") and not _one_each(y, count):
             raise TypeError("batch_infer answered a merged batch, but the converter has no batch_postprocess")
         outs = self.converter.batch_postprocess(y, ctxs)
@@ -190,18 +222,22 @@ class ModelInstance:
         return list(outs)
 
     # -- grps-py's contract: per-request steps around one inference -----------------------------
-    def _run_steps(self, inps: list[Any], ctxs: list[GrpsContext]) -> list[Outcome]:
+    def _run_steps(self, inps: list[Any], ctxs: list[GrpsContext], sent: list[Any]) -> list[Outcome]:
+        started = perf_counter_ns()
         outcomes = self._each(self.converter, "preprocess", inps, ctxs)
         live = self._live(outcomes, ctxs)
+        preprocessed = perf_counter_ns()
         inferred = self._infer([outcomes[i][0] for i in live], [ctxs[i] for i in live])
         for i, outcome in zip(live, inferred, strict=True):
             outcomes[i] = outcome
         live = self._live(outcomes, ctxs)
+        inferred_at = perf_counter_ns()
         post = self._each(
             self.converter, "postprocess", [outcomes[i][0] for i in live], [ctxs[i] for i in live]
         )
         for i, outcome in zip(live, post, strict=True):
             outcomes[i] = outcome
+        executed(sent, started, preprocessed, inferred_at)
         return [
             (None, None) if err is None and ctx.has_err() else (out, err)
             for (out, err), ctx in zip(outcomes, ctxs, strict=True)

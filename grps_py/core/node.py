@@ -6,6 +6,7 @@ import asyncio
 import logging
 import re
 from collections.abc import Hashable, Sequence
+from time import perf_counter_ns
 from typing import Any, TypeVar
 
 import numpy as np
@@ -14,7 +15,7 @@ from grps_py.core import backend_registry
 from grps_py.core.config import ModelSettings
 from grps_py.core.context import GrpsContext
 from grps_py.core.datatypes import BYTES, datatype_of
-from grps_py.core.errors import GrpsError, ModelError, ModelLoadError, ModelNotReady
+from grps_py.core.errors import GrpsError, InvalidInput, ModelError, ModelLoadError, ModelNotReady
 from grps_py.core.instance import ModelInstance
 from grps_py.core.model import (
     Converter,
@@ -26,7 +27,10 @@ from grps_py.core.model import (
 )
 from grps_py.core.observer import SchedulerObserver
 from grps_py.core.scheduler import ConcurrencyLimit, ModelScheduler
+from grps_py.core.sequence import DIRECT, SequenceBatcher, sequence_request
+from grps_py.core.sequence import Sequence as ModelSequence
 from grps_py.core.signature import DeclaredInputs, TensorSpec, name_outputs
+from grps_py.core.statistics import InferenceStats, Timed
 from grps_py.core.types import MessageBridge, Payload, PayloadKind, Tensor
 
 log = logging.getLogger("grps_py.model")
@@ -125,6 +129,7 @@ class ModelNode:
             self._make_instance(i, device) for i, device in enumerate(instance_devices(settings))
         ]
         self.scheduler = ModelScheduler(settings, self.instances, limit, observer)
+        self.sequences, self._pinned = self._sequence_batching(limit, observer)
         # The declared signature, ready for the per-request checks.
         tensors_only = backend_registry.converter(settings.inferer_type, settings.converter_type).tensors_only
         self._inputs = DeclaredInputs(settings.inputs, tensors_only) if settings.inputs else None
@@ -133,6 +138,8 @@ class ModelNode:
         if settings.batching.type == "dynamic" and not self.scheduler.batching:
             log.warning("model '%s': async model code is not batched; serving requests one by one", self.key)
         self.loaded = False
+        # Triton's statistics of this model version (core/statistics.py), counted as requests are answered.
+        self.statistics = InferenceStats(settings.name, settings.version, self.max_batch_size)
 
     def _make_instance(self, index: int, device: str) -> ModelInstance:
         """Built-in inferers and converters get one object per instance; registered ones are shared."""
@@ -144,6 +151,36 @@ class ModelNode:
             _resolve_converter(self.settings),
             self.converter_output,
         )
+
+    def _sequence_batching(
+        self, limit: ConcurrencyLimit, observer: SchedulerObserver
+    ) -> tuple[SequenceBatcher | None, list[ModelScheduler] | None]:
+        """The model's sequences (core/sequence.py), and with the `direct` strategy over several
+        instances a scheduler per instance, so that a sequence's requests all run on its slot's."""
+        settings = self.settings.sequence_batching
+        if settings is None:
+            return None, None
+        per_instance = self.settings.batching.max_batch_size if self.scheduler.batching else 1
+        batcher = SequenceBatcher(
+            self.key,
+            settings,
+            slots=per_instance * len(self.instances),
+            instances=len(self.instances),
+            max_waiting=self.settings.batching.max_queue_size,
+        )
+        if settings.strategy != DIRECT or len(self.instances) == 1:
+            return batcher, None
+        pinned = [ModelScheduler(self.settings, [instance], limit, observer) for instance in self.instances]
+        return batcher, pinned
+
+    @property
+    def schedulers(self) -> list[ModelScheduler]:
+        return [self.scheduler, *(self._pinned or ())]
+
+    def _scheduler_for(self, sequence: ModelSequence) -> ModelScheduler:
+        assert self.sequences is not None
+        index = self.sequences.instance_of(sequence)
+        return self.scheduler if index is None or self._pinned is None else self._pinned[index]
 
     @property
     def inferer(self) -> ModelInferer:
@@ -237,7 +274,10 @@ class ModelNode:
         return self.loaded and any(device.startswith(("cuda", "gpu")) for device in self.run_devices)
 
     def close(self) -> None:
-        self.scheduler.close()
+        for scheduler in self.schedulers:
+            scheduler.close()
+        if self.sequences is not None:
+            self.sequences.close()
         for instance in self.instances:
             instance.close()
 
@@ -312,13 +352,42 @@ class ModelNode:
 
     # -- running -------------------------------------------------------------------------------
     async def run(self, payload: Payload, ctx: GrpsContext) -> Payload:
-        if not self.loaded:
-            raise ModelNotReady(f"model '{self.key}' is not loaded")
-        payload = self.checked_input(payload)
-        rows, key = batch_shape(payload) if self.scheduler.batching else (1, None)
-        inp = self.converter_input(payload)
+        started = perf_counter_ns()
         try:
-            out = await self.scheduler.submit(inp, ctx, rows, key)
+            if not self.loaded:
+                raise ModelNotReady(f"model '{self.key}' is not loaded")
+            payload = self.checked_input(payload)
+            if self.sequences is None:
+                timed, out = await self._submit(payload, ctx, self.scheduler)
+            else:
+                request = sequence_request(ctx.parameters, self.key)
+                async with self.sequences.admitted(request) as sequence:
+                    controls = self.sequences.controls(request, self.scheduler.batching)
+                    if controls:
+                        payload = with_controls(payload, controls, self.key)
+                    timed, out = await self._submit(payload, ctx, self._scheduler_for(sequence))
+            if ctx.has_err():  # grps model code reports errors through its context rather than by raising
+                self._raise_reported(ctx)
+            try:
+                answer = self.converter_output(out)
+            except ModelError as exc:
+                log.error("%s", exc.public_message, extra={"request_id": ctx.request_id})
+                raise
+        except BaseException:  # refused, failed, timed out or cancelled: Triton's `fail`
+            self.statistics.failed(started)
+            raise
+        self.statistics.succeeded(started, timed)
+        return answer
+
+    async def _submit(
+        self, payload: Payload, ctx: GrpsContext, scheduler: ModelScheduler
+    ) -> tuple[Timed, Any]:
+        """The request through the scheduler: its timings and the model's output."""
+        rows, key = batch_shape(payload) if scheduler.batching else (1, None)
+        # The instance unwraps it, and notes in it the execution that ran it (its statistics).
+        timed = Timed(self.converter_input(payload), rows, perf_counter_ns())
+        try:
+            return timed, await scheduler.submit(timed, ctx, rows, key)
         except asyncio.CancelledError:
             raise
         except GrpsError as exc:  # the scheduler's, or one model code raised: its words, scrubbed
@@ -330,18 +399,20 @@ class ModelNode:
             if is_gpu_oom(exc):
                 self._observer.gpu_oom(self.key)
             raise ModelError(public_failure(self.key, exc, self._secrets)) from exc
-        if ctx.has_err():  # grps model code reports errors through its context rather than by raising
-            self._raise_reported(ctx)
-        try:
-            return self.converter_output(out)
-        except ModelError as exc:
-            log.error("%s", exc.public_message, extra={"request_id": ctx.request_id})
-            raise
 
     def _raise_reported(self, ctx: GrpsContext) -> None:
         """The error model code reported through its context, as a ModelError."""
         msg = scrub(ctx.get_err_msg(), self._secrets, _MAX_REPORTED_CHARS)
         raise ModelError(msg or f"model '{self.key}' reported an error")
+
+
+def with_controls(payload: Payload, controls: list[tuple[str, Any]], model: str) -> Payload:
+    """The request's tensors and its sequence's control tensors beside them."""
+    if payload.kind is not PayloadKind.TENSORS:
+        raise InvalidInput(
+            f"model '{model}' takes sequence control inputs, so its requests must carry tensors"
+        )
+    return Payload(PayloadKind.TENSORS, [*payload.value, *(Tensor(name, data) for name, data in controls)])
 
 
 def _run_device(inferer: ModelInferer) -> str | None:

@@ -1,5 +1,6 @@
 """What the schedulers report: queue depth, queue and compute time, batch sizes, rejections, and
-instances that hang (still running a request past its deadline) and recover.
+instances that hang (still running a request past its deadline) and recover; and, once, the executor's
+statistics for an exporter that reads them when scraped (`metrics.triton_names`).
 
 One small interface (`SchedulerObserver`) that the metrics work exports; `ModelStats` is the
 in-memory implementation the executor builds by default (per executor, never global), which tests
@@ -13,6 +14,8 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
+
+from grps_py.core.statistics import Statistics
 
 # Why a request left a queue without running.
 QUEUE_FULL = "queue_full"
@@ -40,6 +43,10 @@ class SchedulerObserver(Protocol):
 
     def instance_recovered(self, model: str, index: int, running_s: float) -> None:
         """A hung instance's batch returned after `running_s` in all; it takes work again."""
+
+    def export_statistics(self, statistics: Statistics) -> None:
+        """The executor's per-model statistics (Triton's statistics extension), given once when it is
+        built with `metrics.triton_names` on: an exporter reads them when scraped (nothing per request)."""
 
 
 class Recent:
@@ -132,6 +139,9 @@ class ModelStats:
     def instance_recovered(self, model: str, index: int, running_s: float) -> None:
         self.model(model).hung_instances -= 1
 
+    def export_statistics(self, statistics: Statistics) -> None:
+        pass  # the executor's own: it holds them already
+
 
 class FanOut:
     """Reports to several observers (the executor's own ModelStats and, say, a metrics exporter)."""
@@ -162,6 +172,10 @@ class FanOut:
     def instance_recovered(self, model: str, index: int, running_s: float) -> None:
         for observer in self._observers:
             observer.instance_recovered(model, index, running_s)
+
+    def export_statistics(self, statistics: Statistics) -> None:
+        for observer in self._observers:
+            observer.export_statistics(statistics)
 
 
 def summary(counters: ModelCounters) -> dict[str, Any]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -40,6 +41,11 @@ class TensorSpec:
     name: str
     datatype: str | None = None
     shape: tuple[int, ...] | None = None
+    # An output's class labels (Triton's `label_filename`): the file as inference.yml names it, where it
+    # is (resolved against the project), and its lines once the catalog has read them.
+    label_filename: str | None = None
+    label_path: Path | None = field(default=None, repr=False, compare=False)
+    labels: tuple[str, ...] = field(default=(), repr=False, compare=False)
     # The datatype's numpy dtype, the rank and the (index, size) of each fixed dimension: the checks
     # run per request, so they are worked out once here.
     _dtype: np.dtype[Any] | None = field(init=False, repr=False, compare=False)

@@ -1,5 +1,8 @@
 """inference.GRPCInferenceService: the Open Inference Protocol over gRPC, with Triton's extensions
-that tritonclient uses (ModelConfig, and the bidirectional ModelStreamInfer)."""
+that tritonclient uses (ModelConfig, the bidirectional ModelStreamInfer, RepositoryIndex, system shared
+memory). The shared-memory rpcs are admin rpcs (the admin token, or a loopback peer without one), as
+over HTTP; the CUDA ones, and RepositoryModelLoad/Unload (models are loaded at start-up), answer
+UNIMPLEMENTED."""
 
 from __future__ import annotations
 
@@ -13,17 +16,19 @@ import grpc
 
 from grps_py.access import AccessGuard
 from grps_py.codecs import oip_pb
+from grps_py.codecs.oip_shared_memory import OutputPlaces, read_inputs
 from grps_py.codecs.pb_wire import SerializedWithRaw
 from grps_py.core import request_scope
 from grps_py.core.context import GrpsContext
-from grps_py.core.dataplane import OipDataplane
-from grps_py.core.errors import GrpsError
+from grps_py.core.dataplane import OipDataplane, cuda_shared_memory
+from grps_py.core.errors import GrpsError, Unsupported
 from grps_py.core.executor import Executor, StallWatch
 from grps_py.core.oip import EMPTY_FINAL_RESPONSE, FINAL_RESPONSE, OipRequest, OipResponse
 from grps_py.core.protection import LimitsSettings
 from grps_py.core.telemetry import OIP_GRPC
 from grps_py.grpc.boundary import rpc_boundary, rpc_info
 from grps_py.grpc.grps_service import end_stalled_rpc
+from grps_py.grpc.oip_statistics import StatisticsRpcs
 from grps_py.lifecycle import INFERENCE, RequestLifecycle, log_failure
 from grps_py.protos import open_inference_pb2 as pb
 
@@ -31,9 +36,10 @@ log = logging.getLogger("grps_py.grpc")
 Ctx: TypeAlias = grpc.aio.ServicerContext
 _DONE = object()  # one request of a stream has sent its last response
 _READ_END = object()  # the client closed its side of the stream
+_NO_MODEL_CONTROL = "loading and unloading models is not supported: the server loads them at start-up"
 
 
-class OipService:
+class OipService(StatisticsRpcs):
     """Implements GRPCInferenceService (each rpc wrapped by the boundary, which supplies the request id)."""
 
     SERVICE = pb.DESCRIPTOR.services_by_name["GRPCInferenceService"]
@@ -41,7 +47,10 @@ class OipService:
     INFERENCE_RPCS = frozenset({"ModelInfer", "ModelStreamInfer"})
     # Tensor bytes stay views into the received request (codecs/pb_wire.py): no copy on the way in.
     RAW_BYTES_FIELDS = {"ModelInfer": "raw_input_contents", "ModelStreamInfer": "raw_input_contents"}
-    ADMIN_RPCS: frozenset[str] = frozenset()
+    # A region maps memory of this host: who may register one may read and write it.
+    ADMIN_RPCS = frozenset(
+        {"SystemSharedMemoryStatus", "SystemSharedMemoryRegister", "SystemSharedMemoryUnregister"}
+    )
 
     def __init__(self, executor: Executor, guard: AccessGuard, limits: LimitsSettings) -> None:
         self.executor = executor
@@ -90,11 +99,80 @@ class OipService:
         return oip_pb.encode_model_config(self.dataplane.model_config(request.name, request.version))
 
     @rpc_boundary
-    async def ModelInfer(self, request: pb.ModelInferRequest, context: Ctx, rid: str) -> SerializedWithRaw:
+    async def RepositoryIndex(
+        self, request: pb.RepositoryIndexRequest, context: Ctx, rid: str
+    ) -> pb.RepositoryIndexResponse:
+        if request.repository_name:
+            raise Unsupported("'repository_name' specification is not supported")
+        index = self.dataplane.repository_index(request.ready)
+        return pb.RepositoryIndexResponse(models=[pb.RepositoryIndexResponse.ModelIndex(**m) for m in index])
+
+    @rpc_boundary
+    async def RepositoryModelLoad(
+        self, request: pb.RepositoryModelLoadRequest, context: Ctx, rid: str
+    ) -> pb.RepositoryModelLoadResponse:
+        raise Unsupported(_NO_MODEL_CONTROL)
+
+    @rpc_boundary
+    async def RepositoryModelUnload(
+        self, request: pb.RepositoryModelUnloadRequest, context: Ctx, rid: str
+    ) -> pb.RepositoryModelUnloadResponse:
+        raise Unsupported(_NO_MODEL_CONTROL)
+
+    @rpc_boundary
+    async def SystemSharedMemoryStatus(
+        self, request: pb.SystemSharedMemoryStatusRequest, context: Ctx, rid: str
+    ) -> pb.SystemSharedMemoryStatusResponse:
+        regions = self.dataplane.shared_memory.status(request.name)
+        reply = pb.SystemSharedMemoryStatusResponse()
+        for region in regions:
+            reply.regions[region["name"]].CopyFrom(pb.SystemSharedMemoryStatusResponse.RegionStatus(**region))
+        return reply
+
+    @rpc_boundary
+    async def SystemSharedMemoryRegister(
+        self, request: pb.SystemSharedMemoryRegisterRequest, context: Ctx, rid: str
+    ) -> pb.SystemSharedMemoryRegisterResponse:
+        self.dataplane.shared_memory.register(request.name, request.key, request.offset, request.byte_size)
+        return pb.SystemSharedMemoryRegisterResponse()
+
+    @rpc_boundary
+    async def SystemSharedMemoryUnregister(
+        self, request: pb.SystemSharedMemoryUnregisterRequest, context: Ctx, rid: str
+    ) -> pb.SystemSharedMemoryUnregisterResponse:
+        self.dataplane.shared_memory.unregister(request.name)
+        return pb.SystemSharedMemoryUnregisterResponse()
+
+    @rpc_boundary
+    async def CudaSharedMemoryStatus(
+        self, request: Any, context: Ctx, rid: str
+    ) -> pb.CudaSharedMemoryStatusResponse:
+        raise cuda_shared_memory()
+
+    @rpc_boundary
+    async def CudaSharedMemoryRegister(
+        self, request: Any, context: Ctx, rid: str
+    ) -> pb.CudaSharedMemoryRegisterResponse:
+        raise cuda_shared_memory()
+
+    @rpc_boundary
+    async def CudaSharedMemoryUnregister(
+        self, request: Any, context: Ctx, rid: str
+    ) -> pb.CudaSharedMemoryUnregisterResponse:
+        raise cuda_shared_memory()
+
+    def _decode(self, request: pb.ModelInferRequest) -> tuple[OipRequest, OutputPlaces]:
+        """The request, its shared-memory inputs read, and where its shared-memory outputs go."""
         oip_request = oip_pb.decode_infer_request(request, self.limits)
+        return oip_request, read_inputs(oip_request, self.dataplane.shared_memory, self.limits)
+
+    @rpc_boundary
+    async def ModelInfer(self, request: pb.ModelInferRequest, context: Ctx, rid: str) -> SerializedWithRaw:
+        oip_request, places = self._decode(request)
         ctx = self.dataplane.context(oip_request, rid, context.time_remaining())
         # A client that cancels is told to the model by the executor (if_disconnected()).
         response = await self.dataplane.infer(request.model_name, request.model_version, oip_request, ctx)
+        places.place(response)
         return oip_pb.encode_infer_reply(response)
 
     @rpc_boundary
@@ -197,9 +275,9 @@ class OipService:
             await send(data)
 
         try:
-            request = oip_pb.decode_infer_request(message, self.limits)
+            request, places = self._decode(message)
             ctx = self.dataplane.context(request, rid, context.time_remaining(), streaming=True)
-            await self._stream_responses(message, request, ctx, respond)
+            await self._stream_responses(message, request, ctx, places, respond)
         except asyncio.CancelledError:
             call.cancel()
             if ctx is not None:
@@ -218,6 +296,7 @@ class OipService:
         message: pb.ModelInferRequest,
         request: OipRequest,
         ctx: GrpsContext,
+        places: OutputPlaces,
         send: Callable[[pb.ModelStreamInferResponse], Awaitable[None]],
     ) -> None:
         """Each response carries `triton_final_response`. With `triton_enable_empty_final_response` the
@@ -227,6 +306,7 @@ class OipService:
         empty_final = request.parameters.get(EMPTY_FINAL_RESPONSE) is True
         held: OipResponse | None = None
         async for response in self.dataplane.infer_stream(name, version, request, ctx):
+            places.place(response)  # each response of the request overwrites the last one's
             if empty_final:
                 await send(_stream_response(response, final=False))
                 continue

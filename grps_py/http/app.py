@@ -26,6 +26,7 @@ from grps_py.http.direct import DirectRoutes, UnaryRoute
 from grps_py.http.grps import GrpsRoutes, grps_stream_routes
 from grps_py.http.metrics_routes import monitor_routes
 from grps_py.http.oip import OipRoutes, oip_stream_routes
+from grps_py.http.oip_statistics import StatisticsRoutes
 from grps_py.http.policy import POLICY_SETTING, HttpPolicy, http_policy
 from grps_py.lifecycle import INFERENCE
 from grps_py.metrics import ServerMetrics
@@ -65,6 +66,7 @@ class HttpRoutes:
         dataplane = OipDataplane(executor, OIP_HTTP)
         unary = [
             *GrpsRoutes(executor, self.policy, ctrl).unary_routes(),
+            *StatisticsRoutes(executor).unary_routes(),  # before OipRoutes: /v2/models/stats is no model
             *OipRoutes(dataplane, self.policy).unary_routes(),
         ]
         # Tried in order for every request: the inference routes first, so an infer or predict is

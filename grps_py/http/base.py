@@ -47,6 +47,7 @@ from grps_py.http.policy import (
     grps_error_body,
     int_control,
     log,
+    oip_error_body,
 )
 from grps_py.lifecycle import (
     ADMIN,
@@ -292,7 +293,14 @@ class BaseHandler(tornado.web.RequestHandler):
 
 
 class NotFoundHandler(BaseHandler):
-    """Unknown routes answer 404 with the envelope, like everything else, whatever the method."""
+    """Unknown routes answer 404 whatever the method: with the OIP error body (`{"error": msg}`) under
+    /v2, where tritonclient reads it, and with the grps envelope elsewhere."""
+
+    def initialize(self, executor: Executor, **kwargs: Any) -> None:
+        super().initialize(executor, **kwargs)
+        path = self.request.path
+        if path == "/v2" or path.startswith("/v2/"):
+            self.error_body = oip_error_body
 
     def prepare(self) -> None:
         super().prepare()

@@ -1,8 +1,13 @@
-"""The Open Inference Protocol over HTTP: /v2 health, metadata, config, infer and generate.
+"""The Open Inference Protocol over HTTP: /v2 health, metadata, config, infer and generate, and Triton's
+repository index and shared-memory routes.
 
 Errors answer `{"error": msg}` with the status from the one error table. JSON is read whatever the
 Content-Type says (tritonclient's async client sends JSON as octet-stream); the binary tensor
 extension is recognised by its `Inference-Header-Content-Length` header.
+
+Who may call: inference routes take an inference token when tokens are configured; the repository
+index is open, as metadata is; the system shared-memory routes are admin routes (the admin token, or
+a loopback caller without one; never a page of another site): a region maps memory of this host.
 """
 
 from __future__ import annotations
@@ -18,9 +23,11 @@ from tornado.iostream import StreamClosedError
 from grps_py import status
 from grps_py.codecs import oip_generate, oip_json
 from grps_py.codecs.answer_size import check_answer, oip_generate_bytes, oip_infer_bytes
+from grps_py.codecs.json_values import expect_object, load
+from grps_py.codecs.oip_shared_memory import read_inputs
 from grps_py.core.catalog import ModelEntry
 from grps_py.core.context import GrpsContext
-from grps_py.core.dataplane import OipDataplane
+from grps_py.core.dataplane import OipDataplane, cuda_shared_memory
 from grps_py.core.errors import GrpsError, InvalidInput, PayloadTooLarge
 from grps_py.core.executor import Executor
 from grps_py.core.oip import OipRequest, OipResponse
@@ -30,10 +37,13 @@ from grps_py.http.base import BaseHandler
 from grps_py.http.direct import Answer, DirectCall, UnaryRoute
 from grps_py.http.policy import Header, HttpPolicy, oip_error_body
 from grps_py.http.streaming import abort_on_stall
-from grps_py.lifecycle import INFERENCE
+from grps_py.lifecycle import ADMIN, INFERENCE, OPEN
 
 HEADER_LENGTH = "Inference-Header-Content-Length"
 MODEL = r"/v2/models/([^/]+)(?:/versions/([^/]+))?"
+SYSTEM_SHM = r"/v2/systemsharedmemory"
+CUDA_SHM = r"/v2/cudasharedmemory"
+REGION = r"/region/([^/]+)"
 _JSON = "application/json"
 _OCTET_STREAM = "application/octet-stream"
 _DECOMPRESSORS = {"gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}
@@ -165,12 +175,13 @@ class OipRoutes:
         return ctx
 
     async def infer(self, call: DirectCall) -> Answer:
-        """JSON or the binary tensor extension, maybe compressed."""
-        request = oip_json.decode_request(
-            self._body(call), call.headers.get(HEADER_LENGTH), self.policy.limits
-        )
+        """JSON or the binary tensor extension, maybe compressed; tensors may be in shared memory."""
+        limits = self.policy.limits
+        request = oip_json.decode_request(self._body(call), call.headers.get(HEADER_LENGTH), limits)
+        places = read_inputs(request, self.dataplane.shared_memory, limits)
         model, version = call.args
         response = await self.dataplane.infer(model, version, request, self._context(call, request))
+        places.place(response)
         body, content_type, header_length = encode_infer_answer(request, response, self.policy.answer_bytes)
         more: tuple[Header, ...] = () if header_length is None else ((HEADER_LENGTH, str(header_length)),)
         return _compressed_answer(body, content_type, call.headers.get("Accept-Encoding", ""), more)
@@ -183,26 +194,63 @@ class OipRoutes:
         body = encode_generate_answer(response, self.policy.answer_bytes)
         return _compressed_answer(body, _JSON, call.headers.get("Accept-Encoding", ""))
 
+    async def repository_index(self, call: DirectCall) -> Answer:
+        """Triton's repository index: every model version and its state (body, optional:
+        `{"ready": true}` for the ready ones only)."""
+        ready = False
+        body = self._body(call)
+        if body.strip():
+            document = expect_object(load(body, limits=self.policy.limits), "the index request")
+            ready = document.get("ready", False)
+            if type(ready) is not bool:
+                raise InvalidInput("Invalid value for 'ready': expected a boolean")
+        return Answer(orjson.dumps(self.dataplane.repository_index(ready)))
+
+    async def shared_memory_status(self, call: DirectCall) -> Answer:
+        return Answer(orjson.dumps(self.dataplane.shared_memory.status(call.args[0])))
+
+    async def shared_memory_register(self, call: DirectCall) -> Answer:
+        key, offset, byte_size = oip_json.decode_register_request(self._body(call), self.policy.limits)
+        self.dataplane.shared_memory.register(call.args[0], key, offset, byte_size)
+        return Answer(b"")
+
+    async def shared_memory_unregister(self, call: DirectCall) -> Answer:
+        self.dataplane.shared_memory.unregister(call.args[0])
+        return Answer(b"")
+
+    async def cuda_shared_memory(self, call: DirectCall) -> Answer:
+        raise cuda_shared_memory()
+
     def unary_routes(self) -> list[UnaryRoute]:
-        def route(pattern: str, method: str, serve: Any, inference: bool = False) -> UnaryRoute:
+        def route(pattern: str, method: str, serve: Any, access: str = OPEN) -> UnaryRoute:
+            inference = access == INFERENCE
             return UnaryRoute(
                 pattern,
                 {method: serve},
                 oip_error_body,
                 protocol=OIP_HTTP if inference else "http",
-                access=INFERENCE if inference else "open",
+                access=access,
+                cross_site_refused=access == ADMIN,
                 model_of_head=self.model_of_head if inference else None,
             )
 
+        cuda = self.cuda_shared_memory
         return [
-            route(MODEL + r"/infer", "POST", self.infer, inference=True),
-            route(MODEL + r"/generate", "POST", self.generate, inference=True),
+            route(MODEL + r"/infer", "POST", self.infer, INFERENCE),
+            route(MODEL + r"/generate", "POST", self.generate, INFERENCE),
             route(r"/v2/?", "GET", self.server_metadata),
             route(r"/v2/health/live", "GET", self.live),
             route(r"/v2/health/ready", "GET", self.ready),
             route(MODEL + r"/?", "GET", self.model_metadata),
             route(MODEL + r"/ready", "GET", self.model_ready),
             route(MODEL + r"/config", "GET", self.model_config),
+            route(r"/v2/repository/index", "POST", self.repository_index),
+            route(f"{SYSTEM_SHM}(?:{REGION})?/status", "GET", self.shared_memory_status, ADMIN),
+            route(f"{SYSTEM_SHM}{REGION}/register", "POST", self.shared_memory_register, ADMIN),
+            route(f"{SYSTEM_SHM}(?:{REGION})?/unregister", "POST", self.shared_memory_unregister, ADMIN),
+            route(f"{CUDA_SHM}(?:{REGION})?/status", "GET", cuda),
+            route(f"{CUDA_SHM}{REGION}/register", "POST", cuda),
+            route(f"{CUDA_SHM}(?:{REGION})?/unregister", "POST", cuda),
         ]
 
 

@@ -3,13 +3,19 @@
 `labels(...)` hashes and validates its arguments on every call; a request instead finds its children
 with two dict lookups (model key, then protocol), so the hot path never formats or validates labels.
 The two gauges every request moves (in flight, queue depth) are plain integers, read when scraped.
+
+Triton's per-model counters (`metrics.triton_names`) are written as Triton writes them, from the
+executor's statistics when scraped (`triton_exposition`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
+
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from grps_py.core import telemetry
+from grps_py.core.statistics import InferenceStats
 from grps_py.metrics.fast_counter import CounterFamily, FastCounter
 from grps_py.metrics.fast_histogram import HistogramFamily
 
@@ -182,3 +188,73 @@ class ModelMetrics:
         if child is None:
             child = self.rejections[reason] = self._families.rejections.labels(*self.labels, reason)
         return child
+
+
+# Triton's per-model counters: name, Triton's help text, the value (read from the statistics that
+# `GET /v2/models/stats` answers, so both always agree). Durations in microseconds; Triton adds only
+# successful requests' durations.
+TRITON_COUNTERS: tuple[tuple[str, str, Callable[[InferenceStats], int]], ...] = (
+    (
+        "nv_inference_request_success",
+        "Number of successful inference requests, all batch sizes",
+        lambda s: s.success_count,
+    ),
+    (
+        "nv_inference_request_failure",
+        "Number of failed inference requests, all batch sizes",
+        lambda s: s.fail_count,
+    ),
+    (
+        "nv_inference_count",
+        "Number of inferences performed (does not include cached requests)",
+        lambda s: s.inference_count,
+    ),
+    (
+        "nv_inference_exec_count",
+        "Number of model executions performed (does not include cached requests)",
+        lambda s: s.execution_count,
+    ),
+    (
+        "nv_inference_request_duration_us",
+        "Cumulative inference request duration in microseconds (includes cached requests)",
+        lambda s: s.success_ns // 1000,
+    ),
+    (
+        "nv_inference_queue_duration_us",
+        "Cumulative inference queuing duration in microseconds (includes cached requests)",
+        lambda s: s.queue_ns // 1000,
+    ),
+    (
+        "nv_inference_compute_input_duration_us",
+        "Cumulative compute input duration in microseconds (does not include cached requests)",
+        lambda s: s.input_ns // 1000,
+    ),
+    (
+        "nv_inference_compute_infer_duration_us",
+        "Cumulative compute inference duration in microseconds (does not include cached requests)",
+        lambda s: s.infer_ns // 1000,
+    ),
+    (
+        "nv_inference_compute_output_duration_us",
+        "Cumulative inference compute output duration in microseconds (does not include cached requests)",
+        lambda s: s.output_ns // 1000,
+    ),
+)
+
+
+def triton_exposition(entries: Iterable[InferenceStats]) -> bytes:
+    """Triton's counters in the Prometheus text format, as Triton writes them: typed `counter` under
+    their own names. prometheus_client would name a counter's sample `<name>_total`, which Triton's
+    dashboards and autoscaling rules do not query, so these lines are written here."""
+    stats = list(entries)
+    labels = [f'{{model="{_label(s.name)}",version="{_label(s.version)}"}}' for s in stats]
+    lines: list[str] = []
+    for name, help_text, value_of in TRITON_COUNTERS:
+        lines.append(f"# HELP {name} {help_text}\n# TYPE {name} counter\n")
+        lines.extend(f"{name}{label} {value_of(s)}\n" for s, label in zip(stats, labels, strict=True))
+    return "".join(lines).encode()
+
+
+def _label(value: str) -> str:
+    """A label value escaped as the text format requires."""
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')

@@ -1,7 +1,9 @@
 """One server's metrics: the Prometheus registry and the dashboard's time series, fed by both observers.
 
 `ServerMetrics` is a `SchedulerObserver` (queues, batches) and a `RequestObserver` (answers,
-streams); the server builds one, hands it to the executor, and calls `sample()` once a second.
+streams); the server builds one, hands it to the executor, and calls `sample()` once a second. With
+`metrics.triton_names` the executor also hands it its statistics, whose Triton counters
+(`nv_inference_*`) are written after the registry's families when scraped.
 Every method is meant for the event loop thread, as the observers are; `exposition()` only reads the
 registry (thread-safe) and may be called from any thread.
 """
@@ -17,10 +19,11 @@ from typing import Any
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Gauge, ProcessCollector, generate_latest
 
 from grps_py.app_metrics import AppMonitor, app_monitor
+from grps_py.core.statistics import Statistics
 from grps_py.core.telemetry import RequestRecord
 from grps_py.metrics.nvml import Nvml
 from grps_py.metrics.process import ProcessSampler, open_connections
-from grps_py.metrics.prometheus import UNKNOWN_LABELS, Families, ModelMetrics
+from grps_py.metrics.prometheus import UNKNOWN_LABELS, Families, ModelMetrics, triton_exposition
 from grps_py.metrics.series import (
     CPU,
     MEM,
@@ -100,6 +103,7 @@ class ServerMetrics:
         for index in self._nvml.devices:
             process_names.extend(gpu_names(index))
         self._process_series = process_series(process_names)
+        self._triton: Statistics | None = None  # Triton's counters, once the executor exports them
 
     def _gpu_families(self) -> tuple[Gauge, Gauge, Gauge]:
         return (
@@ -187,6 +191,9 @@ class ServerMetrics:
     def instance_recovered(self, model: str, index: int, running_s: float) -> None:
         self._models[model].hung.dec()
 
+    def export_statistics(self, statistics: Statistics) -> None:
+        self._triton = statistics
+
     def gpu_oom(self, model: str) -> None:
         self._models[model].gpu_oom.inc()
         overall, scope = self._buckets(model)
@@ -237,7 +244,10 @@ class ServerMetrics:
     # -- reading -------------------------------------------------------------------------------
     def exposition(self) -> tuple[bytes, str]:
         """The Prometheus text format body and its Content-Type."""
-        return generate_latest(self.registry), CONTENT_TYPE_LATEST
+        body = generate_latest(self.registry)
+        if self._triton is not None:
+            body += triton_exposition(self._triton.entries())
+        return body, CONTENT_TYPE_LATEST
 
     def models(self) -> list[str]:
         return list(self._scopes)

@@ -306,7 +306,7 @@ STRUCTURE_ERRORS: list[tuple[Any, str]] = [
     ({"inputs": [{**GOOD_INPUT, "parameters": []}]}, "input 'x' parameters must be a JSON object"),
     (
         {"inputs": [{**GOOD_INPUT, "parameters": {"shared_memory_region": "r"}}]},
-        "shared memory is not supported",
+        "'shared_memory_region' needs 'shared_memory_byte_size'",
     ),
     ({"inputs": [GOOD_INPUT, GOOD_INPUT]}, "two inputs have the same name"),
     ({"inputs": [], "id": 5}, "id must be a string"),

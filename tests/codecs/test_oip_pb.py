@@ -16,8 +16,8 @@ from google.protobuf import json_format
 
 from grps_py.codecs import oip_pb
 from grps_py.core.catalog import ModelEntry, model_config
-from grps_py.core.errors import InvalidInput, ModelError, Unsupported
-from grps_py.core.oip import OipResponse, RequestedOutput
+from grps_py.core.errors import InvalidInput, ModelError
+from grps_py.core.oip import OipResponse, RequestedOutput, SharedMemoryRef
 from grps_py.core.protection import LimitsSettings
 from grps_py.core.signature import TensorSpec
 from grps_py.core.types import Tensor
@@ -397,15 +397,16 @@ def test_huge_shapes_are_refused_by_arithmetic_without_limits(case: str) -> None
         oip_pb.decode_infer_request(over_the_wire(build()), NO_ELEMENT_LIMIT)
 
 
-def test_shared_memory_is_unsupported() -> None:
+def test_shared_memory_parameters_are_read_and_checked() -> None:
     msg = raw_request(("x", "INT8", np.zeros(1, np.int8)))
     msg.inputs[0].parameters["shared_memory_region"].string_param = "region"
-    with pytest.raises(Unsupported, match="input 'x': shared memory"):
+    with pytest.raises(InvalidInput, match="input 'x': 'shared_memory_region' needs"):
         oip_pb.decode_infer_request(msg)
     msg = raw_request(("x", "INT8", np.zeros(1, np.int8)))
-    msg.outputs.add(name="y").parameters["shared_memory_region"].string_param = "region"
-    with pytest.raises(Unsupported, match="output 'y': shared memory"):
-        oip_pb.decode_infer_request(msg)
+    output = msg.outputs.add(name="y")
+    output.parameters["shared_memory_region"].string_param = "region"
+    output.parameters["shared_memory_byte_size"].int64_param = 8
+    assert oip_pb.decode_infer_request(msg).outputs[0].shared_memory == SharedMemoryRef("region", 8)
 
 
 # --- parameters, ids, requested outputs ---------------------------------------------------------
@@ -546,5 +547,5 @@ def test_model_config_of_a_plain_cpu_model() -> None:
 
 
 def test_model_config_refuses_keys_the_proto_lacks() -> None:
-    with pytest.raises(json_format.ParseError, match="sequence_batching"):
-        oip_pb.encode_model_config({"name": "m", "sequence_batching": {}})
+    with pytest.raises(json_format.ParseError, match="ensemble_scheduling"):
+        oip_pb.encode_model_config({"name": "m", "ensemble_scheduling": {}})

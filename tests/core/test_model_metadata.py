@@ -99,8 +99,11 @@ def test_batching_reads_the_same_in_both_apis(server: ServerThread, key: str) ->
         if expected["max_batch_size"]:
             assert config["dynamic_batching"]["max_queue_delay_microseconds"] in (2000, "2000")
             assert config["dynamic_batching"]["preferred_batch_size"] == [2, 4]
-        else:
-            assert "dynamic_batching" not in config
+        else:  # the queue's settings only (Triton's dynamic batcher with batching off)
+            scheduling = config["dynamic_batching"]
+            assert int(scheduling.get("max_queue_delay_microseconds", 0)) == 0
+            assert not scheduling.get("preferred_batch_size")
+            assert "default_queue_policy" in scheduling
 
 
 def test_the_device_a_model_runs_on(server: ServerThread) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from grps_py.core.observer import CANCELLED, QUEUE_FULL, FanOut, ModelStats, summary
+from grps_py.core.statistics import Statistics
 
 
 def test_stats_summary_and_fan_out() -> None:
@@ -19,3 +20,16 @@ def test_stats_summary_and_fan_out() -> None:
         assert got["dropped"] == {QUEUE_FULL: 1, CANCELLED: 1}
         assert got["recent_batch_rows"] == {"count": 2, "mean": 3.0, "median": 4, "max": 4}
     assert summary(ModelStats().model("idle"))["recent_batch_rows"]["count"] == 0
+
+
+def test_fan_out_hands_the_statistics_to_every_observer() -> None:
+    class Exporter(ModelStats):
+        exported: Statistics | None = None
+
+        def export_statistics(self, statistics: Statistics) -> None:
+            self.exported = statistics
+
+    first, second = Exporter(), Exporter()
+    statistics = Statistics({})
+    FanOut([first, ModelStats(), second]).export_statistics(statistics)
+    assert first.exported is statistics and second.exported is statistics

@@ -208,3 +208,35 @@ def test_aio_client_infer_and_stream(basic_server: ServerThread) -> None:
 
     unary, words = asyncio.run(run())
     assert unary == [1, 2, 3] and words == ["a", "b"]
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "fragment"),
+    [
+        ("sequence_start", service_pb2.InferParameter(bool_param=True), "'sequence_start'"),
+        ("sequence_end", service_pb2.InferParameter(bool_param=False), "'sequence_end'"),
+        ("triton_anything", service_pb2.InferParameter(int64_param=1), "reserved"),
+        ("triton_final_response", service_pb2.InferParameter(bool_param=True), "reserved"),
+    ],
+)
+def test_parameters_the_server_cannot_honour_are_invalid(
+    stub: Any, key: str, value: Any, fragment: str
+) -> None:
+    tensor = service_pb2.ModelInferRequest.InferInputTensor(name="x", datatype="INT32", shape=[1])
+    tensor.contents.int_contents.append(1)
+    msg = request("identity", tensor)
+    msg.parameters[key].CopyFrom(value)
+    with pytest.raises(grpc.RpcError) as err:
+        stub.ModelInfer(msg, timeout=30)
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and fragment in err.value.details()
+
+
+def test_a_stream_request_with_a_reserved_key_answers_an_error_message(stub: Any) -> None:
+    """`triton_enable_empty_final_response` is the one reserved key a client sends (tested above); any
+    other is refused (tritonclient itself refuses to send one: the stub sends it here)."""
+    tensor = service_pb2.ModelInferRequest.InferInputTensor(name="x", datatype="INT32", shape=[1])
+    tensor.contents.int_contents.append(1)
+    msg = request("identity", tensor)
+    msg.parameters["triton_other"].int64_param = 1
+    (reply,) = list(stub.ModelStreamInfer(iter([msg]), timeout=30))
+    assert "reserved" in reply.error_message

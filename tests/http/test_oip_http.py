@@ -211,3 +211,20 @@ def test_generate_errors(v2: httpx.Client) -> None:
     assert v2.post("/models/nope/generate_stream", json={"text_input": "x"}).status_code == 404
     reply = v2.post("/models/tokens/generate", content=b"[1, 2]")
     assert reply.status_code == 400 and "error" in reply.json()
+
+
+@pytest.mark.parametrize(
+    ("parameters", "fragment"),
+    [
+        ({"sequence_start": True}, "'sequence_start'"),
+        ({"sequence_end": False}, "'sequence_end'"),
+        ({"sequence_id": 0}, "'sequence_id'"),
+        ({"triton_enable_anything": True}, "reserved"),
+    ],
+)
+def test_parameters_the_server_cannot_honour_are_400(
+    v2: httpx.Client, parameters: dict[str, Any], fragment: str
+) -> None:
+    doc = infer_doc({"name": "x", "shape": [1], "datatype": "INT32", "data": [1]}, parameters=parameters)
+    reply = v2.post("/models/identity/infer", json=doc)
+    assert reply.status_code == 400 and fragment in reply.json()["error"]

@@ -59,8 +59,9 @@ def send_mixed_traffic(server: ServerThread) -> None:
     with grpc.insecure_channel(server.grpc_target) as channel:
         stub = grps_pb2_grpc.GrpsServiceStub(channel)
         assert stub.Predict(grps_pb2.GrpsMessage(model="upper-1", str_data="a")).str_data == "A"
-        with pytest.raises(grpc.RpcError):
-            stub.Predict(grps_pb2.GrpsMessage(model="inspect-1"))  # no HTTP request: the model fails
+        # No HTTP request: the model fails (grps answers a failure in the message, with status OK).
+        failed = stub.Predict(grps_pb2.GrpsMessage(model="inspect-1"))
+        assert failed.status.status == grps_pb2.Status.FAILURE
     oip_http = triton_http.InferenceServerClient(server.http_url.removeprefix("http://"))
     with pytest.raises(InferenceServerException):
         oip_http.infer("ghost", [oip_bytes_input(triton_http)])

@@ -15,6 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from grps_py.app_metrics import AppMonitor, app_monitor
 from grps_py.core import observer, telemetry
+from grps_py.core.statistics import InferenceStats, Statistics
 from grps_py.core.telemetry import RequestRecord
 from grps_py.metrics import ServerMetrics
 
@@ -282,3 +283,18 @@ def test_a_real_gpu_is_seen_through_nvml() -> None:
     assert got["grps_gpu_memory_total_bytes"][frozenset({"device": "0"}.items())] > 0
     assert 0 <= got["grps_gpu_utilization_ratio"][frozenset({"device": "0"}.items())] <= 1
     server_metrics.close()
+
+
+def test_triton_counters_are_written_from_exported_statistics(metrics: ServerMetrics) -> None:
+    assert "nv_inference" not in metrics.exposition()[0].decode()  # none until statistics are exported
+    odd = InferenceStats('we"ird\\name\n', "1")  # any label value stays one parseable label
+    clf = InferenceStats("clf", "1.0")
+    clf.success_count, clf.success_ns, clf.queue_ns = 3, 7_654_321, 1_999
+    metrics.export_statistics(Statistics({"clf-1.0": clf, "odd": odd}))
+    # prometheus_client's parser names every counter sample `<name>_total` (the text has no suffix).
+    assert value(metrics, "nv_inference_request_success_total", **CLF) == 3
+    assert value(metrics, "nv_inference_request_duration_us_total", **CLF) == 7654  # ns // 1000, as Triton
+    assert value(metrics, "nv_inference_queue_duration_us_total", **CLF) == 1
+    assert value(metrics, "nv_inference_exec_count_total", model='we"ird\\name\n', version="1") == 0
+    clf.success_count += 1  # read when scraped: nothing to update per request
+    assert value(metrics, "nv_inference_request_success_total", **CLF) == 4
