@@ -19,14 +19,25 @@ import httpx
 import numpy as np
 import pytest
 import tritonclient.grpc as triton
+import tritonclient.http as triton_http
 import yaml
+from tritonclient.utils import InferenceServerException
 
+from grps_py import inferer_register
 from grps_py.client import GrpsClient, GrpsClientError
 from support import ServerThread, start_project
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
-NAMES = ("custom_model", "torch_batching", "onnx_model", "streaming", "custom_http_sse", "dag_graph")
+NAMES = (
+    "custom_model",
+    "torch_batching",
+    "onnx_model",
+    "streaming",
+    "custom_http_sse",
+    "dag_graph",
+    "sequence_accumulator",
+)
 
 
 def load_script() -> ModuleType:
@@ -416,3 +427,111 @@ def test_dag_graph_client(examples: Examples) -> None:
     out = run_client(examples.get("dag_graph"), "dag_graph")
     assert out.count("rising  slope +1.51/sample  peak 1.5 sd  alert=yes") == 2
     assert out.count("steady  slope -0.03/sample  peak 1.7 sd  alert=no") == 2
+
+
+# --- sequence_accumulator -------------------------------------------------------------------------
+
+
+def oip_client(server: ServerThread, protocol: str) -> Any:
+    if protocol == "http":
+        return triton_http.InferenceServerClient(server.http_url.removeprefix("http://"))
+    return triton.InferenceServerClient(server.grpc_target)
+
+
+def accumulate(client: Any, protocol: str, sequence_id: int, value: int, **flags: bool) -> int:
+    """One request of a sequence: the model's running sum after `value`."""
+    item = (triton_http if protocol == "http" else triton).InferInput("INPUT", [1, 1], "INT32")
+    item.set_data_from_numpy(np.array([[value]], dtype=np.int32))
+    result = client.infer("accumulator", [item], sequence_id=sequence_id, **flags)
+    return int(result.as_numpy("OUTPUT").reshape(-1)[0])
+
+
+def run_sequence(server: ServerThread, protocol: str, sequence_id: int, values: list[int]) -> list[int]:
+    client = oip_client(server, protocol)  # its own: tritonclient's HTTP client stays in its thread
+    try:
+        last = len(values) - 1
+        return [
+            accumulate(client, protocol, sequence_id, v, sequence_start=i == 0, sequence_end=i == last)
+            for i, v in enumerate(values)
+        ]
+    finally:
+        client.close()
+
+
+def test_sequence_accumulator_keeps_a_sum_per_sequence(examples: Examples, protocol: str) -> None:
+    server = examples.get("sequence_accumulator")
+    base = 7100 if protocol == "http" else 7200
+    values = {base + n: [n * 10 + i for i in range(5)] for n in range(6)}
+    results: dict[int, Any] = {}
+
+    def run(sequence_id: int) -> None:
+        try:
+            results[sequence_id] = run_sequence(server, protocol, sequence_id, values[sequence_id])
+        except Exception as exc:  # the assertion below shows it
+            results[sequence_id] = exc
+
+    threads = [threading.Thread(target=run, args=(sid,)) for sid in values]  # interleaved, at once
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    for sid, vals in values.items():
+        assert results[sid] == list(np.cumsum(vals)), sid
+    served: Any = inferer_register.get("sequence_accumulator")
+    assert not set(values) & set(served.sums), "END did not drop the sequences' state"
+
+
+def test_sequence_accumulator_restarts_and_refuses_ended_sequences(examples: Examples, protocol: str) -> None:
+    client = oip_client(examples.get("sequence_accumulator"), protocol)
+    sid = 7300 if protocol == "http" else 7400
+    try:
+        assert accumulate(client, protocol, sid, 5, sequence_start=True) == 5
+        assert accumulate(client, protocol, sid, 2) == 7
+        assert accumulate(client, protocol, sid, 1, sequence_start=True) == 1  # START resets the sum
+        assert accumulate(client, protocol, sid, 3, sequence_end=True) == 4
+        with pytest.raises(InferenceServerException) as refused:
+            accumulate(client, protocol, sid, 1)
+        assert refused.value.status() in ("400", "StatusCode.INVALID_ARGUMENT")
+        assert "must specify 'sequence_start'" in refused.value.message()
+    finally:
+        client.close()
+
+
+def test_sequence_accumulator_is_refused_by_the_grps_api(examples: Examples, protocol: str) -> None:
+    """The grps API carries no sequence parameters: a sequence model answers 400 there."""
+    with (
+        connect(examples.get("sequence_accumulator"), protocol) as client,
+        pytest.raises(GrpsClientError) as refused,
+    ):
+        client.predict({"INPUT": np.array([[1]], dtype=np.int32)}, model="accumulator-1")
+    assert refused.value.status == 400 and "sequence_id" in refused.value.message
+
+
+def test_sequence_accumulator_forgets_quiet_sequences(examples: Examples) -> None:
+    """A sequence the server ended as idle never sends END: the model drops its sum after a while."""
+    examples.get("sequence_accumulator")  # the server imports the example's src/
+    model = sys.modules["sequence_accumulator"].RunningAccumulator()
+    model.init(None, "cpu", {"forget_after_s": 1.0})
+
+    def step(corrid: int, value: int, start: int = 0, end: int = 0) -> int:
+        one = {"INPUT": value, "START": start, "END": end, "READY": 1, "CORRID": corrid}
+        inp = {
+            name: np.array([[v]], dtype=np.uint64 if name == "CORRID" else np.int32)
+            for name, v in one.items()
+        }
+        return int(model.infer(inp, None)["OUTPUT"][0, 0])
+
+    assert step(1, 4, start=1) == 4
+    time.sleep(0.8)
+    assert step(2, 1, start=1) == 1
+    time.sleep(0.4)  # 1 is quiet for 1.2 s, 2 for 0.4 s
+    assert step(2, 1) == 2 and list(model.sums) == [2]  # 1 went quiet: forgotten; 2 was not yet
+    assert step(2, 1, end=1) == 3 and not model.sums  # END drops it
+
+
+def test_sequence_accumulator_client(examples: Examples) -> None:
+    out = run_client(examples.get("sequence_accumulator"), "sequence_accumulator")
+    assert out.count("inputs [1, 2, 3, 4] -> running sums [1, 3, 6, 10]") == 2
+    assert out.count("inputs [100, -50, 25, 5] -> running sums [100, 50, 75, 80]") == 2
+    assert "sequence 101 after its end: error 400: " in out
+    assert "(one ModelStreamInfer stream, interleaved):" in out
