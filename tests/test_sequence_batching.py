@@ -261,3 +261,20 @@ def test_the_model_config_shows_the_sequence_batching(server: ServerThread, prot
     corrid = (old.get("control_input") or old["controlInput"])[3]["control"][0]
     assert corrid.get("data_type", corrid.get("dataType")) == "TYPE_STRING"
     assert "sequence" in metadata["extensions"]
+
+
+def test_a_control_input_named_as_a_declared_input_stops_start_up(tmp_path: Any) -> None:
+    from grps_py.core.config import parse_inference_settings
+    from grps_py.core.errors import ConfigError
+
+    model = {
+        "name": "m",
+        "version": "1.0",
+        "inferer_type": "customized",
+        "inferer_name": "m",
+        "inputs": [{"name": "START", "datatype": "INT32", "shape": [1]}],
+        "sequence_batching": {"control_inputs": {"start": "START"}},
+    }
+    data = {"models": [model], "dag": {"name": "d", "nodes": [{"name": "n", "model": "m-1.0"}]}}
+    with pytest.raises(ConfigError, match="control tensor names that are not declared inputs"):
+        parse_inference_settings(data, "inference.yml", tmp_path)

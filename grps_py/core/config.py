@@ -452,7 +452,7 @@ def _parse_model(fields: Fields, index: int, project_dir: Path) -> ModelSettings
         fields.missing(
             "converter_name", f"the registered converter name when converter_type is '{CUSTOMIZED}'"
         )
-    return ModelSettings(
+    settings = ModelSettings(
         name=name,
         version=version,
         inferer_type=inferer_type,
@@ -471,6 +471,17 @@ def _parse_model(fields: Fields, index: int, project_dir: Path) -> ModelSettings
         **_parse_scheduling(fields, project_dir),
         index=index,
     )
+    sequences = settings.sequence_batching
+    if sequences is not None:
+        declared = {spec.name for spec in settings.inputs}
+        for kind, tensor in sequences.control_inputs:
+            if tensor in declared:
+                fields.fail(
+                    "sequence_batching",
+                    f"control_inputs.{kind}: {tensor}",
+                    "control tensor names that are not declared inputs (the server adds them)",
+                )
+    return settings
 
 
 def _parse_scheduling(fields: Fields, project_dir: Path) -> dict[str, Any]:
