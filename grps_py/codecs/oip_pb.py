@@ -134,18 +134,18 @@ def decode_infer_request(msg: pb.ModelInferRequest, limits: LimitsSettings = DEF
     check_tensors(count, limits, "inputs")
     check_tensors(len(msg.outputs), limits, "requested outputs")
     budget = ElementBudget(limits)
-    shared = _shared_inputs(msg, budget) if _any_parameters(msg) else []
     raw = msg.raw_input_contents
-    in_message = count - len(shared)  # the inputs that carry their data
-    if raw and len(raw) != in_message:
-        raise InvalidInput(f"raw_input_contents has {len(raw)} entries for {in_message} inputs")
-    skip = {item.index for item in shared}
-    inputs, n = [], 0
-    for i, tensor in enumerate(msg.inputs):
-        if i in skip:
-            continue
-        inputs.append(_decode_input(tensor, raw[n] if raw else None, budget, limits))
-        n += 1
+    if _any_parameters(msg):  # maybe in shared memory: rare, so the common path below stays short
+        shared = _shared_inputs(msg, budget)
+        elsewhere = {item.index for item in shared}
+        in_message = [tensor for i, tensor in enumerate(msg.inputs) if i not in elsewhere]
+    else:
+        shared, in_message = [], msg.inputs
+    if raw and len(raw) != len(in_message):
+        raise InvalidInput(f"raw_input_contents has {len(raw)} entries for {len(in_message)} inputs")
+    inputs = [
+        _decode_input(tensor, raw[i] if raw else None, budget, limits) for i, tensor in enumerate(in_message)
+    ]
     outputs = [_decode_requested_output(output) for output in msg.outputs] if msg.outputs else []
     return OipRequest(inputs, outputs, msg.id, parameters_to_dict(msg.parameters), shared)
 
