@@ -189,7 +189,7 @@ class SharedMemoryRegions:
         name = key.lstrip("/")
         if not name or "/" in name or "\0" in name or name in (".", "..") or len(name.encode()) > _NAME_MAX:
             raise InvalidInput(
-                f"{failed}: '{shown(key)}' is not a shared memory key (a name, one optional leading '/', "
+                f"{failed}: '{shown(key)}' is not a shared memory key (a name, after any leading '/', "
                 f"at most {_NAME_MAX} bytes)"
             )
         flags = os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK  # a FIFO must not block us

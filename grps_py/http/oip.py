@@ -117,6 +117,9 @@ def _doc(doc: dict[str, Any], http_status: int = 200) -> Answer:
     return Answer(orjson.dumps(doc), status=http_status)
 
 
+_NO_CONTENT = "text/plain; charset=utf-8"  # an empty answer, as Triton sends (not JSON)
+
+
 class OipRoutes:
     """The unary /v2 routes over one dataplane: health, metadata, config, infer and generate. Each is an
     `async (call) -> Answer` (http/direct.py); generate_stream is `GenerateStreamHandler`'s."""
@@ -212,11 +215,11 @@ class OipRoutes:
     async def shared_memory_register(self, call: DirectCall) -> Answer:
         key, offset, byte_size = oip_json.decode_register_request(self._body(call), self.policy.limits)
         self.dataplane.shared_memory.register(call.args[0], key, offset, byte_size)
-        return Answer(b"")
+        return Answer(b"", _NO_CONTENT)
 
     async def shared_memory_unregister(self, call: DirectCall) -> Answer:
         self.dataplane.shared_memory.unregister(call.args[0])
-        return Answer(b"")
+        return Answer(b"", _NO_CONTENT)
 
     async def cuda_shared_memory(self, call: DirectCall) -> Answer:
         raise cuda_shared_memory()

@@ -1,8 +1,8 @@
 """Fuzz oip_pb.decode_infer_request (ModelInfer / ModelStreamInfer): requests built field by field with
 raw or typed contents, their wire bytes damaged, and any bytes that parse as a ModelInferRequest.
 
-Shared memory is refused with `Unsupported` (501 / UNIMPLEMENTED: this server has no regions), the
-one refusal besides `InvalidInput` this codec makes.
+Every refusal is `InvalidInput` (`Unsupported` is still accepted as one, should a parameter be refused
+as not supported); shared-memory parameters are decoded and checked here, their regions read later.
 """
 
 from __future__ import annotations
