@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import shutil
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -210,3 +214,18 @@ def logging_to(settings: LogSettings) -> Iterator[Path]:
                 handler.close()
             logger.setLevel(level)
             logger.propagate = propagate[name]
+
+
+def run_project_test_py(source: Path, project: Path) -> subprocess.CompletedProcess[str]:
+    """A grps project's own test.py (conf/, src/ and test.py copied to `project`), run as its user runs
+    it: `python test.py` in the project, grps-py importable."""
+    shutil.copytree(source / "conf", project / "conf")
+    shutil.copytree(source / "src", project / "src", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(source / "test.py", project / "test.py")
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+    }
+    return subprocess.run(
+        [sys.executable, "test.py"], cwd=project, env=env, capture_output=True, text=True, timeout=120
+    )

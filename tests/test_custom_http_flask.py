@@ -7,7 +7,6 @@ short 400/413. Without Flask installed, everything but flask.Response still work
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -16,7 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from support import PROJECTS, ServerThread, start_project, wait_for
+from support import PROJECTS, ServerThread, run_project_test_py, start_project, wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
 PROJECT = PROJECTS / "grps_custom_http"
@@ -77,17 +76,7 @@ def test_the_example_answers_its_errors_itself(
 def test_the_examples_own_test_py_passes(tmp_path: Path) -> None:
     """Its test.py builds a flask.Request, runs the DAG in-process and reads the answer as a Flask
     response (`status_code`, `headers["Content-Type"]`, `response[0]`)."""
-    project = tmp_path / "customized_http"
-    shutil.copytree(PROJECT / "conf", project / "conf")
-    shutil.copytree(PROJECT / "src", project / "src", ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copy(PROJECT / "test.py", project / "test.py")
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
-    }
-    done = subprocess.run(
-        [sys.executable, "test.py"], cwd=project, env=env, capture_output=True, text=True, timeout=120
-    )
+    done = run_project_test_py(PROJECT, tmp_path / "customized_http")
     assert done.returncode == 0, done.stderr
     assert "Ran 2 tests" in done.stderr and done.stderr.rstrip().endswith("OK")
 

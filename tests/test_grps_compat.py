@@ -10,7 +10,6 @@ it, and its test.py is run as a user runs it.
 from __future__ import annotations
 
 import logging
-import os
 import re
 import shutil
 import subprocess
@@ -30,7 +29,7 @@ import grps_py
 from grps_py.app_metrics import app_monitor
 from grps_py.core import model
 from grps_py.protos import grps_pb2, grps_pb2_grpc
-from support import HTTP_CATEGORY, PROJECTS, ServerThread, start_project
+from support import HTTP_CATEGORY, PROJECTS, ServerThread, run_project_test_py, start_project
 
 ROOT = Path(__file__).resolve().parent.parent
 TEMPLATE = PROJECTS / "grps_template"
@@ -258,17 +257,7 @@ def test_a_request_refused_in_batch_preprocess_fails_alone(
 
 def test_the_projects_own_test_py_passes(tmp_path: Path) -> None:
     """grps's template test.py (GrpsTest: project loaded in-process) runs as a user runs it."""
-    project = tmp_path / "my_grps"
-    shutil.copytree(TEMPLATE / "conf", project / "conf")
-    shutil.copytree(TEMPLATE / "src", project / "src", ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copy(TEMPLATE / "test.py", project / "test.py")
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
-    }
-    done = subprocess.run(
-        [sys.executable, "test.py"], cwd=project, env=env, capture_output=True, text=True, timeout=120
-    )
+    done = run_project_test_py(TEMPLATE, tmp_path / "my_grps")
     assert done.returncode == 0, done.stderr
     assert "Ran 2 tests" in done.stderr and done.stderr.rstrip().endswith("OK")
 
