@@ -171,8 +171,18 @@ def test_context_converter_and_inferer_as_grps_sets_them() -> None:
     ctx.set_converter(converter)
     ctx.set_inferer(inferer)
     assert ctx.converter is converter and ctx.inferer is inferer
-    ctx.set_converter(model.NoneConverter())
-    assert ctx.converter is None  # converter_type none: grps has no converter either
+    # converter_type none: grps has no converter either, so the instance that runs the request says None
+    from grps_py.core.instance import ModelInstance
+
+    class Echo(grps_py.ModelInferer):
+        def infer(self, inp: Any, context: Any) -> Any:
+            return inp
+
+    echo = Echo()
+    instance = ModelInstance("m-1", 0, "cpu", echo, model.NoneConverter(), lambda out: out)
+    instance.run_one(grps_py.GrpsMessage(str_data="x"), ctx)
+    assert ctx.converter is None and ctx.inferer is echo
+    instance.close()
 
 
 def test_an_error_set_in_preprocess_stops_the_request(

@@ -303,11 +303,8 @@ class GrpsContext:
     @property
     def converter(self) -> Any:
         """The converter of the model running this request; None for `converter_type: none` (grps has
-        no converter then) and outside model code."""
-        from grps_py.core.model import NoneConverter  # model.py imports this module
-
-        converter = self._converter
-        return None if isinstance(converter, NoneConverter) else converter
+        no converter then: the instance sets None) and outside model code."""
+        return self._converter
 
     @property
     def inferer(self) -> Any:

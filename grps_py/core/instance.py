@@ -39,7 +39,7 @@ from typing import Any
 from grps_py.core import request_scope
 from grps_py.core.context import GrpsContext
 from grps_py.core.instance_thread import InstanceThread
-from grps_py.core.model import Converter, ModelInferer
+from grps_py.core.model import Converter, ModelInferer, NoneConverter
 from grps_py.core.statistics import Execution, Timed, executed
 from grps_py.core.types import Payload
 
@@ -99,6 +99,8 @@ class ModelInstance:
         # grps's batch contract (the converter merges and splits): a batching model then runs even a
         # lone request through the batch methods, as grps does.
         self.batches_whole = _overrides(converter, Converter, "batch_preprocess")
+        # What model code reads as `context.converter`: grps has none for `converter_type: none`.
+        self._grps_converter = None if isinstance(converter, NoneConverter) else converter
         self.is_async = any(
             inspect.iscoroutinefunction(fn)
             for fn in (converter.preprocess, inferer.infer, converter.postprocess)
@@ -111,7 +113,7 @@ class ModelInstance:
         """For `stream_respond_with_postprocess`: this instance's postprocess, as a Payload; and grps's
         `context.converter` / `context.inferer`: the model running the request."""
         ctx.postprocess = lambda out: self._to_payload(self.converter.postprocess(out, ctx))
-        ctx.set_converter(self.converter)
+        ctx.set_converter(self._grps_converter)
         ctx.set_inferer(self.inferer)
 
     # -- one request ---------------------------------------------------------------------------
