@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from time import perf_counter_ns
 from typing import Any
 
 __all__ = ["BatchStats", "Execution", "InferenceStats", "Statistics", "Timed"]
@@ -60,7 +61,7 @@ def executed(sent: Sequence[Any], started_ns: int, preprocessed_ns: int, inferre
     if not timed:
         return
     rows = sum(item.rows for item in timed) + sum(1 for item in sent if type(item) is not Timed)
-    execution = Execution(rows, started_ns, preprocessed_ns, inferred_ns, time.perf_counter_ns())
+    execution = Execution(rows, started_ns, preprocessed_ns, inferred_ns, perf_counter_ns())
     for item in timed:
         item.execution = execution
 
@@ -91,7 +92,7 @@ class InferenceStats:
         "infer_ns",
         "inference_count",
         "input_ns",
-        "last_inference_ms",
+        "last_ns",
         "name",
         "output_ns",
         "queue_ns",
@@ -120,49 +121,58 @@ class InferenceStats:
         self.output_ns = 0
         self.inference_count = 0
         self.execution_count = 0
-        self.last_inference_ms = 0
+        self.last_ns = 0  # perf_counter_ns() of the last execution (the wall clock is read when asked)
         self.batches: dict[int, BatchStats] = {}
 
     # -- counting (on the loop) ----------------------------------------------------------------
     def failed(self, started_ns: int) -> None:
         self.fail_count += 1
-        self.fail_ns += time.perf_counter_ns() - started_ns
+        self.fail_ns += perf_counter_ns() - started_ns
 
     def succeeded(self, started_ns: int, timed: Timed) -> None:
-        """A request the node answered: its duration, rows, queue wait and compute steps."""
+        """A request the node answered: its duration, rows, queue wait and compute steps; its execution
+        counted once (by the first of its requests to succeed)."""
+        now = perf_counter_ns()
         self.success_count += 1
-        self.success_ns += time.perf_counter_ns() - started_ns
+        self.success_ns += now - started_ns
         self.inference_count += timed.rows
         execution = timed.execution
         if execution is None:
             return
         self.computed += 1
         self.queue_ns += execution.started_ns - timed.queued_ns
-        self.input_ns += execution.input_ns
-        self.infer_ns += execution.infer_ns
-        self.output_ns += execution.output_ns
-        if not execution.counted:
-            execution.counted = True
-            self._executed(execution)
-
-    def _executed(self, execution: Execution) -> None:
+        input_ns, infer_ns, output_ns = execution.input_ns, execution.infer_ns, execution.output_ns
+        self.input_ns += input_ns
+        self.infer_ns += infer_ns
+        self.output_ns += output_ns
+        if execution.counted:
+            return
+        execution.counted = True
         self.execution_count += 1
-        self.last_inference_ms = time.time_ns() // 1_000_000
+        self.last_ns = now
         size = min(execution.rows, self.batch_limit)  # never larger: bounded whatever happens
         batch = self.batches.get(size)
         if batch is None:
             batch = self.batches[size] = BatchStats()
         batch.count += 1
-        batch.input_ns += execution.input_ns
-        batch.infer_ns += execution.infer_ns
-        batch.output_ns += execution.output_ns
+        batch.input_ns += input_ns
+        batch.infer_ns += infer_ns
+        batch.output_ns += output_ns
 
     def answered(self, started_ns: int) -> None:
         """A success that is not an execution of its own (a DAG's run: its models count theirs)."""
+        now = perf_counter_ns()
         self.success_count += 1
-        self.success_ns += time.perf_counter_ns() - started_ns
+        self.success_ns += now - started_ns
         self.inference_count += 1
-        self.last_inference_ms = time.time_ns() // 1_000_000
+        self.last_ns = now
+
+    @property
+    def last_inference_ms(self) -> int:
+        """Milliseconds since the epoch of the last inference; 0 when none yet."""
+        if not self.last_ns:
+            return 0
+        return (time.time_ns() - (perf_counter_ns() - self.last_ns)) // 1_000_000
 
     # -- reading -------------------------------------------------------------------------------
     def triton(self) -> dict[str, Any]:
