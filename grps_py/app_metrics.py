@@ -109,27 +109,21 @@ class _Metric:
 
     __slots__ = (
         "clock",
-        "count",
         "created",
-        "high",
         "kind",
         "lock",
-        "low",
         "next",
         "rng",
         "samples",
         "seconds",
-        "total",
+        "totals",
         "window",
     )
 
     def __init__(self, kind: str, window: int, clock: Callable[[], float]) -> None:
         self.kind = kind
         self.lock = threading.Lock()
-        self.count = 0
-        self.total = 0.0
-        self.low = math.inf
-        self.high = -math.inf
+        self.totals = TimeBucket(0, cdf=False)  # count, sum, min and max since the start
         self.window = window
         self.samples: list[float] | None = [] if kind == "cdf" else None
         self.next = 0  # where the next sample overwrites once the ring is full
@@ -143,12 +137,7 @@ class _Metric:
         now_s = int(self.clock())
         with self.lock:
             self.seconds.bucket(now_s).add(value, self.rng)
-            self.count += 1
-            self.total += value
-            if value < self.low:
-                self.low = value
-            if value > self.high:
-                self.high = value
+            self.totals.add(value, self.rng)
             samples = self.samples
             if samples is None:
                 return
@@ -160,7 +149,8 @@ class _Metric:
 
     def snapshot(self) -> dict[str, Any]:
         with self.lock:
-            count, total, low, high = self.count, self.total, self.low, self.high
+            totals = self.totals
+            count, total, low, high = totals.count, totals.total, totals.low, totals.high
             samples = None if self.samples is None else list(self.samples)
         entry: dict[str, Any] = {"kind": self.kind, "count": count, "sum": total, "min": low, "max": high}
         if samples is None:
