@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from array import array
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -47,6 +47,10 @@ class SchedulerObserver(Protocol):
     def export_statistics(self, statistics: Statistics) -> None:
         """The executor's per-model statistics (Triton's statistics extension), given once when it is
         built with `metrics.triton_names` on: an exporter reads them when scraped (nothing per request)."""
+
+    def models_changed(self, labels: Mapping[str, tuple[str, str]]) -> None:
+        """The model keys served now (and those still finishing requests), each with its (model,
+        version) labels: export these; stop exporting any other."""
 
 
 class Recent:
@@ -142,6 +146,11 @@ class ModelStats:
     def export_statistics(self, statistics: Statistics) -> None:
         pass  # the executor's own: it holds them already
 
+    def models_changed(self, labels: Mapping[str, tuple[str, str]]) -> None:
+        """Forget the counters of every key not in `labels` (a late report for one starts it again)."""
+        for model in [model for model in self._models if model not in labels]:
+            self._models.pop(model, None)
+
 
 class FanOut:
     """Reports to several observers (the executor's own ModelStats and, say, a metrics exporter)."""
@@ -176,6 +185,10 @@ class FanOut:
     def export_statistics(self, statistics: Statistics) -> None:
         for observer in self._observers:
             observer.export_statistics(statistics)
+
+    def models_changed(self, labels: Mapping[str, tuple[str, str]]) -> None:
+        for observer in self._observers:
+            observer.models_changed(labels)
 
 
 def summary(counters: ModelCounters) -> dict[str, Any]:

@@ -62,6 +62,16 @@ class CounterFamily(Collector):
             child = self._children[values] = FastCounter()
         return child
 
+    def remove(self, *values: str) -> None:
+        """Stop exporting every child whose first label values are `values`: one child when every
+        label is given (as prometheus_client's `remove`), all of a model's when only its leading
+        labels are. A removed child may still be counted by whoever holds it; it is not scraped."""
+        if len(values) > len(self.labelnames):
+            raise ValueError(f"{self.name} takes labels {self.labelnames}, not {values}")
+        width = len(values)
+        for key in [key for key in self._children if key[:width] == values]:
+            del self._children[key]  # on the event loop's thread, as every write: a scrape reads a copy
+
     def describe(self) -> list[Metric]:
         return [CounterMetricFamily(self.name, self.documentation, labels=self.labelnames)]
 

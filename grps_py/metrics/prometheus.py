@@ -132,6 +132,10 @@ class ProtocolMetrics:
             child = self.failures[reason] = self._families.requests.labels(*self._labels, FAILURE, label)
         return child
 
+    def move_to(self, families: Families) -> None:
+        """Make failure children from now on in `families` (those already made stay as they are)."""
+        self._families = families
+
 
 class _ByProtocol(dict[str, ProtocolMetrics]):
     """A model's children per protocol, made the first time a protocol is seen; a plain subscript after
@@ -144,6 +148,12 @@ class _ByProtocol(dict[str, ProtocolMetrics]):
     def __missing__(self, protocol: str) -> ProtocolMetrics:
         children = self[protocol] = ProtocolMetrics(self._families, *self._labels, protocol)
         return children
+
+    def move_to(self, families: Families) -> None:
+        """Make children from now on in `families` (those already made stay as they are)."""
+        self._families = families
+        for children in self.values():
+            children.move_to(families)
 
 
 class ModelMetrics:
@@ -170,14 +180,18 @@ class ModelMetrics:
         self.queue = families.queue.labels(*labels)
         self.compute = families.compute.labels(*labels)
         self.batch = families.batch.labels(*labels)
-        self.inflight = 0  # requests in flight, and waiting in the queue: grps_inflight_requests and
-        self.depth = 0  # grps_queue_depth read them when scraped, rather than be set per request
-        families.inflight.labels(*labels).set_function(lambda: self.inflight)
-        families.depth.labels(*labels).set_function(lambda: self.depth)
+        # Requests in flight, waiting in the queue, and instances hung now: grps_inflight_requests,
+        # grps_queue_depth and grps_hung_instances read them when scraped, rather than be set per
+        # event. Never shown below zero: a late report for a key forgotten since lands on "unknown".
+        self.inflight = 0
+        self.depth = 0
+        self.hung = 0
+        families.inflight.labels(*labels).set_function(lambda: max(self.inflight, 0))
+        families.depth.labels(*labels).set_function(lambda: max(self.depth, 0))
+        families.hung.labels(*labels).set_function(lambda: max(self.hung, 0))
         self.gpu_oom = families.gpu_oom.labels(*labels)
-        self.hung = families.hung.labels(*labels)
         self.hangs = families.hangs.labels(*labels)
-        self.protocols: dict[str, ProtocolMetrics] = _ByProtocol(families, labels)
+        self.protocols = _ByProtocol(families, labels)
         self.rejections: dict[str, Counter] = {}
 
     def protocol(self, protocol: str) -> ProtocolMetrics:
@@ -188,6 +202,34 @@ class ModelMetrics:
         if child is None:
             child = self.rejections[reason] = self._families.rejections.labels(*self.labels, reason)
         return child
+
+    def detach(self, *, unexport: bool = True) -> None:
+        """Stop exporting this key's samples (`unexport`: every family's, each protocol's and reason's;
+        False while another key still exports the same labels) and make any child a late report still
+        needs on a private registry that is never scraped: the object keeps answering (a request that
+        finishes after its model went) without bringing its series back."""
+        families, labels = self._families, self.labels
+        if unexport:
+            for family in (
+                families.requests,
+                families.duration,
+                families.first_message,
+                families.queue,
+                families.compute,
+                families.batch,
+            ):
+                family.remove(*labels)  # every child under these leading labels
+            for gauge in (families.inflight, families.depth, families.hung):
+                gauge.remove(*labels)
+            for counter in (families.gpu_oom, families.hangs):
+                counter.remove(*labels)
+            for protocol in self.protocols:
+                families.streamed.remove(*labels, protocol)
+            for reason in self.rejections:
+                families.rejections.remove(*labels, reason)
+        unexported = Families(CollectorRegistry())
+        self._families = unexported
+        self.protocols.move_to(unexported)
 
 
 # Triton's per-model counters: name, Triton's help text, the value (read from the statistics that

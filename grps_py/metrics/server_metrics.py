@@ -43,19 +43,52 @@ from grps_py.metrics.user import UserMetricsCollector
 _MIB = 1 << 20
 
 
+_DETACHED_KEYS = 64  # dropped keys whose late reports are still answered (and not exported)
+
+
 class _ModelChildren(dict[str, ModelMetrics]):
     """The children of each known model key; any other key gets the ("unknown", "") children, made on
-    first use (no idle "unknown" series). A plain subscript for a known key: it runs per request."""
+    first use (no idle "unknown" series). A plain subscript for a known key: it runs per request.
+
+    A key dropped from the model set stays in the dict, detached (its samples no longer exported), so
+    a request that finishes after it went moves its own counts rather than the "unknown" ones; the
+    last `_DETACHED_KEYS` such keys are kept, oldest forgotten first."""
 
     def __init__(self, families: Families, model_labels: Mapping[str, tuple[str, str]]) -> None:
         super().__init__((key, ModelMetrics(families, labels)) for key, labels in model_labels.items())
         self._families = families
         self._unknown: ModelMetrics | None = None
+        self._detached: dict[str, None] = {}  # keys in the order they were dropped
 
     def __missing__(self, key: str) -> ModelMetrics:
         if self._unknown is None:
             self._unknown = ModelMetrics(self._families, UNKNOWN_LABELS)
         return self._unknown
+
+    def change(self, model_labels: Mapping[str, tuple[str, str]]) -> None:
+        """Export exactly `model_labels`' keys: a key kept with the same labels keeps its children."""
+        exported = set(model_labels.values())
+        for key, children in list(self.items()):
+            if key not in self._detached and model_labels.get(key) != children.labels:
+                children.detach(unexport=children.labels not in exported)
+                self._detached[key] = None
+        for key, labels in model_labels.items():
+            if key in self._detached:
+                del self._detached[key]
+                self[key] = self._reborn(self[key], labels)
+            elif key not in self:
+                self[key] = ModelMetrics(self._families, labels)
+        while len(self._detached) > _DETACHED_KEYS:
+            oldest = next(iter(self._detached))
+            del self._detached[oldest], self[oldest]
+
+    def _reborn(self, detached: ModelMetrics, labels: tuple[str, str]) -> ModelMetrics:
+        """Fresh children for a key that comes back: counters and histograms from zero; the gauges of
+        what is happening now (requests of its old incarnation still in flight, hung instances) go on,
+        so their late reports balance."""
+        children = ModelMetrics(self._families, labels)
+        children.inflight, children.depth, children.hung = detached.inflight, detached.depth, detached.hung
+        return children
 
 
 class ServerMetrics:
@@ -63,7 +96,8 @@ class ServerMetrics:
 
     `model_labels` maps each model key ("name-version", or the DAG's name) to its (model, version)
     labels; events for any other key (including "") count as ("unknown", "") in Prometheus and only in
-    the overall series. `gpu=False` never touches NVML. `clock` (epoch seconds) times every bucket.
+    the overall series. `models_changed` replaces that map while the server runs. `gpu=False` never
+    touches NVML. `clock` (epoch seconds) times every bucket.
     `monitor` is whose user metrics are exported: grps's process-global `app_monitor` unless a test
     gives its own.
     """
@@ -185,11 +219,23 @@ class ServerMetrics:
 
     def instance_hung(self, model: str, index: int, running_s: float) -> None:
         children = self._models[model]
-        children.hung.inc()
+        children.hung += 1
         children.hangs.inc()
 
     def instance_recovered(self, model: str, index: int, running_s: float) -> None:
-        self._models[model].hung.dec()
+        self._models[model].hung -= 1
+
+    def models_changed(self, labels: Mapping[str, tuple[str, str]]) -> None:
+        """Export the series and keep the dashboard scopes of exactly these keys: a new key gets
+        them from zero, a kept key goes on, a dropped key's samples leave the exposition and its scope
+        goes (a late report for it is still counted, unexported)."""
+        self._models.change(labels)
+        for key in [key for key in self._scopes if key not in labels]:
+            del self._scopes[key]
+        for key in labels:
+            if key not in self._scopes:
+                self._scopes[key] = Scope()
+        self._current.clear()  # cached buckets may belong to a scope that went
 
     def export_statistics(self, statistics: Statistics) -> None:
         self._triton = statistics
