@@ -1,5 +1,6 @@
-"""Triton's repository index over HTTP and gRPC (read-only: load and unload stay unimplemented), and the
-OIP error body of a /v2 path no route serves."""
+"""Triton's repository index over HTTP and gRPC on a server whose models load at start-up only
+(model_control: none; tests/test_model_lifecycle*.py change them), and the OIP error body of a /v2
+path no route serves."""
 
 from __future__ import annotations
 
@@ -75,16 +76,20 @@ def test_index_requests_are_checked(server: ServerThread, stub: Any) -> None:
     assert caught.value.code() == grpc.StatusCode.UNIMPLEMENTED
 
 
-def test_load_and_unload_are_not_implemented(server: ServerThread) -> None:
+def test_load_and_unload_need_model_control_explicit(server: ServerThread) -> None:
+    """model_control: none (the default): the models of inference.yml stay as loaded at start-up."""
     with thttp.InferenceServerClient(server.http_url.removeprefix("http://")) as http:
         for call in (lambda: http.load_model("identity"), lambda: http.unload_model("identity")):
             with pytest.raises(InferenceServerException) as caught:
                 call()
-            assert caught.value.status() == "404" and "no route" in caught.value.message()
+            assert caught.value.status() == "501"
+            assert "model_control is 'none'" in caught.value.message()
     with tgrpc.InferenceServerClient(server.grpc_target) as client:
-        with pytest.raises(InferenceServerException) as caught:
-            client.load_model("identity")
-        assert caught.value.status() == "StatusCode.UNIMPLEMENTED"
+        for grpc_call in (lambda: client.load_model("identity"), lambda: client.unload_model("identity")):
+            with pytest.raises(InferenceServerException) as caught:
+                grpc_call()
+            assert caught.value.status() == "StatusCode.UNIMPLEMENTED"
+            assert "needs model_control: explicit" in caught.value.message()
 
 
 @pytest.mark.parametrize(
@@ -92,7 +97,7 @@ def test_load_and_unload_are_not_implemented(server: ServerThread) -> None:
     [
         ("GET", "/v2/nope"),
         ("POST", "/v2/models/identity/nope"),
-        ("PUT", "/v2/repository/models/identity/load"),
+        ("POST", "/v2/repository/models/identity/reload"),
         ("GET", "/v2/systemsharedmemory/nope"),
         ("DELETE", "/v2/models/identity/versions/1/stats/x"),
     ],

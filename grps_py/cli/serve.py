@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import ctypes
 import dataclasses
 import logging
 import os
@@ -17,10 +16,11 @@ from typing import Any, TextIO
 
 from grps_py import event_loop
 from grps_py.codecs.grps_pb import GrpsMessageBridge
-from grps_py.core.config import ServerSettings, parse_server_settings
+from grps_py.core.config import MODEL_CONTROL_MODES, ServerSettings, parse_server_settings
 from grps_py.core.errors import ConfigError, ModelLoadError
 from grps_py.core.executor import Executor
 from grps_py.core.instance_thread import busy_threads
+from grps_py.core.memory import libc, trim_malloc
 from grps_py.core.node import ModelNode
 from grps_py.core.warmup import Progress
 from grps_py.core.yaml_fields import read_yaml
@@ -34,6 +34,12 @@ def add_parsers(commands: Any) -> None:
     _project_arguments(serve)
     serve.add_argument(
         "--port", help='override interface.port: "HTTP" or "HTTP,GRPC" as in server.yml (0 picks a free port)'
+    )
+    serve.add_argument(
+        "--model-control",
+        choices=MODEL_CONTROL_MODES,
+        help="override model_control: none (models load at start only), explicit (the repository API "
+        "loads and unloads them), poll (inference.yml and its files are watched)",
     )
     serve.set_defaults(run=run_serve)
     check = commands.add_parser(
@@ -71,15 +77,23 @@ def terminal_progress(stream: TextIO) -> Progress | None:
 
 
 def project_settings(args: argparse.Namespace) -> Project:
-    """The project's settings; `--port` (serve only) replaces server.yml's interface.port."""
+    """The project's settings; `--port` and `--model-control` (serve only) replace server.yml's
+    interface.port and model_control."""
     project = load_project(args.project_dir, args.server_conf, args.inference_conf)
     port = getattr(args, "port", None)
-    if port is None:
+    model_control = getattr(args, "model_control", None)
+    if port is None and model_control is None:
         return project
     path = args.server_conf or project.root / "conf" / "server.yml"
     data: dict[str, Any] = read_yaml(path) or {}  # type: ignore[assignment]  # load_project checked it
-    data = {**data, "interface": {**(data.get("interface") or {}), "port": port}}
-    server = parse_server_settings(data, f"{path} (interface.port from --port)", project.root)
+    overridden = []
+    if port is not None:
+        data = {**data, "interface": {**(data.get("interface") or {}), "port": port}}
+        overridden.append("interface.port from --port")
+    if model_control is not None:
+        data = {**data, "model_control": model_control}
+        overridden.append("model_control from --model-control")
+    server = parse_server_settings(data, f"{path} ({', '.join(overridden)})", project.root)
     return dataclasses.replace(project, server=server)
 
 
@@ -164,22 +178,12 @@ MALLOC_ARENAS = 2
 MALLOC_TRIM_S = 30.0
 
 
-def _libc(name: str) -> Any:
-    """A glibc function, or None elsewhere (musl, macOS): these are glibc's knobs."""
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        return getattr(ctypes.CDLL(None), name)
-    except (OSError, AttributeError):
-        return None
-
-
 def limit_malloc_arenas(count: int = MALLOC_ARENAS) -> None:
     """glibc gives threads their own malloc arenas (up to 8 per core), and memory freed in one is seldom
     returned, so a server with a thread per model instance creeps up in RSS for a long while (about
     0.7 MiB a minute in the soak, scripts/soak.py); a few arenas keep it flatter. Done before any
     thread starts; MALLOC_ARENA_MAX in the environment, read by glibc itself, wins."""
-    mallopt = _libc("mallopt")
+    mallopt = libc("mallopt")
     if mallopt is not None and "MALLOC_ARENA_MAX" not in os.environ:
         mallopt(M_ARENA_MAX, count)
 
@@ -187,13 +191,12 @@ def limit_malloc_arenas(count: int = MALLOC_ARENAS) -> None:
 async def trim_malloc_every(period_s: float = MALLOC_TRIM_S) -> None:
     """Give memory the allocator holds free back to the system now and then (glibc keeps freed chunks
     in its heaps: 2-6 MiB at a time under the soak's load, seen as a slow RSS creep otherwise)."""
-    trim = _libc("malloc_trim")
-    if trim is None:
+    if libc("malloc_trim") is None:
         return
     loop = asyncio.get_running_loop()
     while True:
         await asyncio.sleep(period_s)
-        await loop.run_in_executor(None, trim, 0)  # walks the heaps: not on the event loop
+        await loop.run_in_executor(None, trim_malloc)  # walks the heaps: not on the event loop
 
 
 async def _serve(project: Project) -> None:

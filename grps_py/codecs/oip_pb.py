@@ -51,6 +51,7 @@ __all__ = [
     "encode_model_config",
     "encode_model_metadata",
     "parameters_to_dict",
+    "repository_parameters",
     "set_parameters",
 ]
 
@@ -84,6 +85,17 @@ def parameters_to_dict(params: Mapping[str, pb.InferParameter]) -> dict[str, Any
     values: dict[str, Any] = {}
     if not params:  # the usual request: skips the map's Python-level items view
         return values
+    for key, param in params.items():
+        which = param.WhichOneof("parameter_choice")
+        if which is None:
+            raise InvalidInput(f"parameter '{shown(key, 64)}' has no value")
+        values[key] = getattr(param, which)
+    return values
+
+
+def repository_parameters(params: Mapping[str, pb.ModelRepositoryParameter]) -> dict[str, Any]:
+    """A repository load's or unload's parameters as Python values (bool, int, str or bytes)."""
+    values: dict[str, Any] = {}
     for key, param in params.items():
         which = param.WhichOneof("parameter_choice")
         if which is None:

@@ -129,7 +129,8 @@ def node_signature(node: ModelNode) -> tuple[tuple[TensorSpec, ...], tuple[Tenso
 class Catalog:
     """Looks up OIP models by name and optional version."""
 
-    def __init__(self, nodes: Mapping[str, ModelNode], dag: Dag) -> None:
+    def __init__(self, nodes: Mapping[str, ModelNode], dag: Dag | None) -> None:
+        """`dag` None: the DAG is not served now (unloaded, or one of its models is)."""
         self._nodes = nodes
         self._dag = dag
         self._labels = _label_files(nodes)
@@ -141,7 +142,9 @@ class Catalog:
             self._versions.setdefault(node.settings.name, []).append(node.settings.version)
         for versions in self._versions.values():
             versions.sort(key=version_key)
-        if dag.name in self._versions:
+        if dag is None:
+            pass
+        elif dag.name in self._versions:
             log.warning("dag.name %r is also a model's name: OIP serves the model under that name", dag.name)
         else:
             self._versions[dag.name] = [DAG_VERSION]
@@ -177,7 +180,7 @@ class Catalog:
         return entry
 
     def _signature_final(self, key: str) -> bool:
-        nodes = [self._nodes[key]] if key in self._nodes else list(self._dag.nodes)
+        nodes = [self._nodes[key]] if key in self._nodes or self._dag is None else list(self._dag.nodes)
         return all(node.loaded for node in nodes)
 
     def _build(self, key: str) -> ModelEntry:
@@ -226,6 +229,7 @@ class Catalog:
 
     def _dag_entry(self) -> ModelEntry:
         dag = self._dag
+        assert dag is not None  # only its name leads here, and only a served DAG is listed
         inputs: list[TensorSpec] = []
         for node in dag.entry_nodes:
             for spec in node_signature(node)[0]:

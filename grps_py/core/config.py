@@ -113,6 +113,10 @@ class ServerSettings:
     gil_switch_interval_us: int = 500
     # auto: uvloop when installed (less CPU per request, bench/compare.py); uvloop; asyncio
     event_loop: str = "auto"
+    # How models change at runtime (Triton's model control modes): none, explicit (the repository API
+    # only) or poll (inference.yml and its model files are watched every repository_poll_s).
+    model_control: str = "none"
+    repository_poll_s: float = 5.0
     source: str = "<server.yml>"
 
 
@@ -191,6 +195,7 @@ class InferenceSettings:
     models: tuple[ModelSettings, ...]
     dag: DagSettings
     source: str = "<inference.yml>"
+    project_dir: Path = Path()  # relative paths in a model entry given later (a repository load) resolve here
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -205,6 +210,8 @@ _ADDED_SERVER_KEYS = (
     "shutdown_grace_s",
     "gil_switch_interval_us",
     "event_loop",
+    "model_control",
+    "repository_poll_s",
 )  # grps-py's additions to grps's keys
 _SERVER_KEYS = ("interface", "max_connections", "max_concurrency", "gpu", "log", *_ADDED_SERVER_KEYS)
 _INTERFACE_KEYS = ("framework", "host", "port", "customized_predict_http", "max_message_bytes")
@@ -212,6 +219,8 @@ _CUSTOM_HTTP_KEYS = ("path", "customized_body", "streaming_ctrl", "methods", "mo
 _STREAMING_KEYS = ("ctrl_mode", "ctrl_key", "res_content_type")
 _GPU_KEYS = ("devices", "mem_manager_type", "mem_limit_mib", "mem_gc_enable", "mem_gc_interval")
 _EVENT_LOOPS = ("auto", "uvloop", "asyncio")
+MODEL_CONTROL_MODES = ("none", "explicit", "poll")
+MIN_POLL_S = 0.1  # a tighter loop would only re-read files
 _LOG_KEYS = ("log_dir", "log_backup_count", "format", "level", "access")
 _LOG_FORMATS = ("text", "json")
 _LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
@@ -289,6 +298,8 @@ def parse_server_settings(data: object, source: str, project_dir: Path) -> Serve
         shutdown_grace_s=fields.number("shutdown_grace_s", defaults.shutdown_grace_s, 0),
         gil_switch_interval_us=fields.integer("gil_switch_interval_us", defaults.gil_switch_interval_us, 1),
         event_loop=fields.opt_text("event_loop", _EVENT_LOOPS) or defaults.event_loop,
+        model_control=fields.opt_text("model_control", MODEL_CONTROL_MODES) or defaults.model_control,
+        repository_poll_s=fields.number("repository_poll_s", defaults.repository_poll_s, MIN_POLL_S),
         source=source,
     )
 
@@ -433,7 +444,12 @@ def parse_inference_settings(data: object, source: str, project_dir: Path) -> In
     if fields.get("dag") is None:
         fields.missing("dag", "a mapping with keys " + ", ".join(_DAG_KEYS))
     dag = _parse_dag(fields.section("dag", _DAG_KEYS), tuple(model.key for model in models))
-    return InferenceSettings(models=models, dag=dag, source=source)
+    return InferenceSettings(models=models, dag=dag, source=source, project_dir=project_dir)
+
+
+def parse_model_entry(data: object, source: str, project_dir: Path) -> ModelSettings:
+    """One entry of inference.yml's `models`, given on its own (a repository load's `parameters.config`)."""
+    return _parse_model(Fields(data, source, "", _MODEL_KEYS), 0, project_dir)
 
 
 def _parse_model(fields: Fields, index: int, project_dir: Path) -> ModelSettings:

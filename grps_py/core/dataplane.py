@@ -13,12 +13,13 @@ from importlib import metadata
 from typing import Any
 
 import numpy as np
+import orjson
 
 from grps_py.core.catalog import Catalog, ModelEntry, model_config
 from grps_py.core.classification import classify
 from grps_py.core.context import GrpsContext
 from grps_py.core.dag import Dag
-from grps_py.core.errors import InvalidInput, ModelError, Unsupported
+from grps_py.core.errors import InvalidInput, ModelError, ModelNotFound, ModelNotReady, Unsupported
 from grps_py.core.executor import SERVER_NAME, Executor
 from grps_py.core.oip import (
     EMPTY_FINAL_RESPONSE,
@@ -28,18 +29,19 @@ from grps_py.core.oip import (
     OipResponse,
     RequestedOutput,
 )
+from grps_py.core.repository import READY, UNAVAILABLE
 from grps_py.core.shared_memory import SharedMemoryRegions
 from grps_py.core.signature import messages_can_carry
 from grps_py.core.telemetry import OIP_HTTP
 from grps_py.core.types import InferRequest, Payload, PayloadKind, Tensor
 from grps_py.core.untrusted import MAX_DECIMAL_DIGITS, shown
 
-# Only what is really implemented is advertised: not `model_repository`, whose load and unload are not
-# (the index alone is), nor `cuda_shared_memory`.
+# Only what is really implemented is advertised: not `cuda_shared_memory`.
 EXTENSIONS = (
     "binary_tensor_data",
     "classification",
     "model_configuration",
+    "model_repository",
     "system_shared_memory",
     "schedule_policy",
     "sequence",
@@ -47,7 +49,6 @@ EXTENSIONS = (
     "generate",
     "parameters",
 )
-READY, UNAVAILABLE = "READY", "UNAVAILABLE"  # model states in the repository index
 CUDA_SHARED_MEMORY = "CUDA shared memory is not supported by this server"
 _DEFAULT_OUTPUT = "output"
 
@@ -88,7 +89,13 @@ class OipDataplane:
         return self.executor.is_ready()
 
     def entry(self, name: str, version: str = "") -> ModelEntry:
-        return self.executor.catalog.entry(name, version)  # not the property: per request
+        """The served model's entry; ModelNotFound, or ModelNotReady (503) while it is being unloaded."""
+        try:
+            return self.executor.catalog.entry(name, version)  # not the property: per request
+        except ModelNotFound:
+            if self.executor.repository.unloading(name):
+                raise ModelNotReady(f"model '{shown(name)}' is being unloaded") from None
+            raise
 
     def model_ready(self, name: str, version: str = "") -> bool:
         """Ready when the server is (online, loaded) and so is every node behind the model."""
@@ -105,28 +112,57 @@ class OipDataplane:
         return model_config(self.catalog.entry(name, version))
 
     def repository_index(self, ready_only: bool = False) -> list[dict[str, str]]:
-        """Every model version (the DAG too) with its state, as Triton's repository index answers:
-        READY, or UNAVAILABLE and why. The index is read-only here: models are loaded at start-up."""
-        index = []
-        for name in self.catalog.names():
-            for version in self.catalog.versions(name):
-                reason = self._unavailable(name, version)
-                if ready_only and reason:
-                    continue
-                state = UNAVAILABLE if reason else READY
-                index.append({"name": name, "version": version, "state": state, "reason": reason})
-        return index
+        """Every model version known (the DAG too) with its state, as Triton's repository index answers:
+        READY, LOADING, UNLOADING, or UNAVAILABLE and why. A server that cannot serve (loading, offline,
+        shutting down) lists its READY models UNAVAILABLE, with that reason."""
+        index = self.executor.repository.index()
+        server_down = self._server_unavailable()
+        if server_down:
+            for model in index:
+                if model["state"] == READY:
+                    model.update(state=UNAVAILABLE, reason=server_down)
+        return [model for model in index if model["state"] == READY] if ready_only else index
 
-    def _unavailable(self, name: str, version: str) -> str:
-        """Why a model version cannot serve ("" when it can), as `model_ready` judges it."""
-        if self.model_ready(name, version):
-            return ""
+    def _server_unavailable(self) -> str:
+        """Why the server serves no model now ("" when it does)."""
         executor = self.executor
+        if executor.is_ready():
+            return ""
         if not executor.is_loaded:
             return "loading"
         if executor.draining:
             return "the server is shutting down"
         return "the server is offline"
+
+    async def load(self, name: str, parameters: dict[str, Any]) -> None:
+        """Triton's repository load: `parameters.config`, when given, is one model entry in inference.yml's
+        format as a JSON string (a mapping is taken too)."""
+        config: Any = None
+        for key, value in parameters.items():
+            if key == "config":
+                config = _config_entry(value)
+            elif key.startswith("file:"):
+                raise InvalidInput(
+                    f"parameter '{shown(key, 64)}': model files cannot be sent with a load; name them in "
+                    "the config (inferer_path) or in inference.yml"
+                )
+            else:
+                raise InvalidInput(f"unknown load parameter '{shown(key, 64)}'; the one known is 'config'")
+        await self.executor.repository.load(name, config)
+
+    async def unload(self, name: str, parameters: dict[str, Any]) -> None:
+        """Triton's repository unload: `parameters.unload_dependents` (a boolean) takes the DAG down too
+        when it runs the model."""
+        dependents = False
+        for key, value in parameters.items():
+            if key != "unload_dependents":
+                raise InvalidInput(
+                    f"unknown unload parameter '{shown(key, 64)}'; the one known is 'unload_dependents'"
+                )
+            if type(value) is not bool:
+                raise InvalidInput("parameter 'unload_dependents' must be a boolean")
+            dependents = value
+        await self.executor.repository.unload(name, dependents)
 
     # -- inference -----------------------------------------------------------------------------
     def context(
@@ -154,7 +190,7 @@ class OipDataplane:
     def _prepare(
         self, name: str, version: str, request: OipRequest, ctx: GrpsContext
     ) -> tuple[ModelEntry, InferRequest]:
-        entry = self.executor.catalog.entry(name, version)  # not the property: runs per request
+        entry = self.entry(name, version)
         if request.parameters:
             _check_parameters(entry, request.parameters)
         if request.outputs:
@@ -246,6 +282,23 @@ def _classified(entry: ModelEntry, wanted: RequestedOutput, tensor: Tensor) -> T
     labels = spec.labels if spec is not None else ()
     array = classify(wanted.name, tensor.array, wanted.classification, entry.max_batch_size > 0, labels)
     return Tensor(wanted.name, array)
+
+
+MAX_CONFIG_CHARS = 1 << 20  # a model entry is a few hundred bytes; this bounds a hostile one
+
+
+def _config_entry(value: object) -> dict[str, Any]:
+    """`parameters.config`: a JSON object, sent as a string (Triton's clients) or as an object."""
+    if isinstance(value, str):
+        if len(value) > MAX_CONFIG_CHARS:
+            raise InvalidInput(f"parameter 'config' is longer than {MAX_CONFIG_CHARS} characters")
+        try:
+            value = orjson.loads(value)
+        except orjson.JSONDecodeError as exc:
+            raise InvalidInput(f"parameter 'config' is not JSON: {shown(str(exc), 200)}") from None
+    if not isinstance(value, dict):
+        raise InvalidInput("parameter 'config' must be a JSON object: one model entry, as in inference.yml")
+    return value
 
 
 def cuda_shared_memory() -> Unsupported:

@@ -6,18 +6,20 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
-from typing import Any
+from typing import Any, NoReturn
 
 import yaml
 
 from grps_py.core.catalog import DAG_VERSION, Catalog
-from grps_py.core.config import InferenceSettings, ServerSettings
+from grps_py.core.config import InferenceSettings, ModelSettings, ServerSettings
 from grps_py.core.context import STREAM_END, GrpsContext, StreamSink
 from grps_py.core.dag import Dag
 from grps_py.core.datatypes import numpy_dtype
-from grps_py.core.errors import Cancelled, DeadlineExceeded, InvalidInput, ModelNotFound, ModelNotReady
+from grps_py.core.errors import Cancelled, DeadlineExceeded, GrpsError, InvalidInput, ModelNotReady
+from grps_py.core.model_set import ModelSet
 from grps_py.core.node import ModelNode
 from grps_py.core.observer import FanOut, ModelStats, SchedulerObserver, summary
+from grps_py.core.repository import ModelRepository, load_node
 from grps_py.core.scheduler import ConcurrencyLimit
 from grps_py.core.shared_memory import SharedMemoryRegions
 from grps_py.core.signature import TensorSpec
@@ -122,22 +124,18 @@ class Executor:
         self.stats = ModelStats()
         # Request-level observers (metrics, the access log): the server adds them; transports report.
         self.telemetry = RequestFanOut()
-        limit = ConcurrencyLimit(server.max_concurrency)
-        observers: SchedulerObserver = FanOut([self.stats, observer]) if observer else self.stats
+        self.observer: SchedulerObserver = FanOut([self.stats, observer]) if observer else self.stats
         security = server.security
-        secrets = [t for t in (security.admin_token, *security.inference_tokens) if t]
-        self.nodes = {m.key: ModelNode(m, bridge, limit, observers, secrets) for m in inference.models}
-        self.dag = Dag(inference.dag, self.nodes, bridge, inference.source)
+        self._limit = ConcurrencyLimit(server.max_concurrency)
+        self._secrets = [t for t in (security.admin_token, *security.inference_tokens) if t]
         self.bridge = bridge
-        self.catalog = Catalog(self.nodes, self.dag)
-        self._by_name = self._index_by_name()
+        nodes = {m.key: self.make_node(m) for m in inference.models}
+        # The models served now; loads and unloads swap in another set (core/repository.py).
+        self.models = ModelSet(nodes, inference.dag, bridge, inference.source)
         # Triton's statistics extension: each model version's, and the DAG's under its name (unless a
-        # model has that name: OIP serves the model then).
-        self.dag_statistics = InferenceStats(self.dag.name, DAG_VERSION)
-        by_key = {key: node.statistics for key, node in self.nodes.items()}
-        if all(node.settings.name != self.dag.name for node in self.nodes.values()):
-            by_key[self.dag.name] = self.dag_statistics
-        self.statistics = Statistics(by_key)
+        # model has that name: OIP serves the model then). The mapping follows the model set.
+        self.dag_statistics = InferenceStats(inference.dag.name, DAG_VERSION)
+        self.statistics = Statistics(self._statistics_by_key(self.models))
         if observer is not None and server.metrics.triton_names:
             observer.export_statistics(self.statistics)
         # Triton's system shared-memory regions, shared by both transports' OIP routes.
@@ -145,34 +143,51 @@ class Executor:
         self._online = False
         self._draining = False
         self._admission = Admission()
+        self.repository = ModelRepository(self, server, inference)
 
-    def _index_by_name(self) -> dict[str, ModelNode]:
-        """A plain model name selects its model when only one version is served."""
-        names: dict[str, list[ModelNode]] = {}
-        for node in self.nodes.values():
-            names.setdefault(node.settings.name, []).append(node)
-        return {name: nodes[0] for name, nodes in names.items() if len(nodes) == 1}
+    def make_node(self, settings: ModelSettings, fresh: bool = False) -> ModelNode:
+        """A model node over this executor's concurrency limit and observers; `fresh`: registered
+        inferer and converter objects are renewed for it (a model loaded after start-up)."""
+        return ModelNode(settings, self.bridge, self._limit, self.observer, self._secrets, fresh=fresh)
+
+    def install(self, models: ModelSet) -> None:
+        """Serve `models` from now on: requests that already started keep the set they started on."""
+        self.models = models
+        self.statistics.by_key = self._statistics_by_key(models)
+
+    def _statistics_by_key(self, models: ModelSet) -> dict[str, InferenceStats]:
+        by_key = {key: node.statistics for key, node in models.nodes.items()}
+        if models.dag is not None and all(n.settings.name != models.dag.name for n in models.nodes.values()):
+            by_key[models.dag.name] = self.dag_statistics
+        return by_key
+
+    # -- the models served now (the current set's) ---------------------------------------------
+    @property
+    def nodes(self) -> dict[str, ModelNode]:
+        return self.models.nodes
+
+    @property
+    def dag(self) -> Dag | None:
+        return self.models.dag
+
+    @property
+    def catalog(self) -> Catalog:
+        return self.models.catalog
 
     # -- lifecycle -----------------------------------------------------------------------------
     async def start(self, on_progress: Progress | None = None) -> None:
         """Load every model (each in a thread) and run its warmup, then go online unless configured to
         start offline. Readiness waits for all of it. `on_progress` hears each step begin and end."""
         report = on_progress or no_progress
-        await asyncio.gather(*(self._load(node, report) for node in self.nodes.values()))
+        await asyncio.gather(*(load_node(node, report) for node in self.nodes.values()))
         await asyncio.gather(*(warm_up(node, report) for node in self.nodes.values() if node.settings.warmup))
         self.statistics.reset()  # the warmup runs are not the clients' (nothing is admitted before this)
         self._admission.open = True
         if self.server_settings.start_online:
             self.online()
-        log.info("loaded models %s; dag %r; online=%s", list(self.nodes), self.dag.name, self._online)
-
-    @staticmethod
-    async def _load(node: ModelNode, report: Progress) -> None:
-        started = time.perf_counter()
-        report(f"loading model {node.key} ...")
-        await asyncio.get_running_loop().run_in_executor(None, node.load)
-        report(f"loading model {node.key} ... done ({time.perf_counter() - started:.1f} s)")
-        log.info("model %s: loaded (%s)", node.key, node.summary())
+        self.repository.start()
+        dag = self.models.dag_settings.name
+        log.info("loaded models %s; dag %r; online=%s", list(self.nodes), dag, self._online)
 
     async def drain(self, grace_s: float) -> bool:
         """Wait up to `grace_s` for in-flight requests to finish; True when none is left."""
@@ -195,12 +210,13 @@ class Executor:
     def abort(self, message: str) -> None:
         """Answer every request still queued or running with ModelNotReady(message) (503 / UNAVAILABLE):
         the end of a drain. Streams end with that error as their last message."""
-        for node in self.nodes.values():
+        for node in self.repository.live_nodes():
             for scheduler in node.schedulers:
                 scheduler.abort(lambda: ModelNotReady(message))
 
     def close(self) -> None:
-        for node in self.nodes.values():
+        self.repository.close()
+        for node in self.repository.live_nodes():
             node.close()
         self.shared_memory.close()
 
@@ -228,30 +244,33 @@ class Executor:
 
     # -- inference -----------------------------------------------------------------------------
     def resolve(self, model: str) -> Dag | ModelNode:
-        if not model:
-            return self.dag
-        node = self.nodes.get(model) or self._by_name.get(model)
-        if node is not None:
-            return node
-        if model == self.dag.name:
-            return self.dag
-        raise ModelNotFound(f"unknown model '{shown(model)}'; served models: {', '.join(self.nodes)}")
+        target = self.models.resolve(model)
+        if target is None:
+            raise self._missing(model)
+        return target
+
+    def _missing(self, model: str) -> GrpsError:
+        """Why no served model answers to `model`: one being unloaded is UNAVAILABLE, any other unknown."""
+        if self.repository.unloading(model):
+            return ModelNotReady(f"model '{shown(model)}' is being unloaded")
+        return self.models.not_found(model)
 
     def model_key(self, model: str) -> str:
         """The key a request for `model` runs under (a model's "name-version", or the DAG's name);
         "" when no such model is served. For labels: never raises."""
         try:
             target = self.resolve(model)
-        except ModelNotFound:
+        except GrpsError:
             return ""
         return target.name if isinstance(target, Dag) else target.key
 
     async def infer(self, request: InferRequest) -> InferResponse:
-        target = self.resolve(request.model)
-        with self._admission:
+        models = self.models  # the request runs on this set to its end, whatever loads meanwhile
+        target = models.resolve(request.model) or self._raise_missing(request.model)
+        with self._admission, models:
             try:
-                if target is self.dag:
-                    payload = await self._run_dag(request.payload, request.context)
+                if type(target) is Dag:
+                    payload = await self._run_dag(target, request.payload, request.context)
                 else:
                     payload = await target.run(request.payload, request.context)
             except (DeadlineExceeded, asyncio.CancelledError):
@@ -268,13 +287,14 @@ class Executor:
         push waits past that), and a message the consumer has not taken within
         `limits.stream_stall_timeout_s` (its client reads nothing) stops the stream: the context is
         cancelled and its `on_stall` callbacks let the transport end the request."""
-        target = self.resolve(request.model)
+        models = self.models
+        target = models.resolve(request.model) or self._raise_missing(request.model)
         ctx = request.context
         loop = asyncio.get_running_loop()
         limits = self.server_settings.limits
         sink = StreamSink(loop, limits.stream_buffer_messages)
         ctx.attach_stream(sink)
-        with self._admission:
+        with self._admission, models:
             task = asyncio.ensure_future(self._produce(target, request, sink))
             ctx.on_cancel(task.cancel)
             stall_s = limits.stream_stall_timeout_s
@@ -304,11 +324,14 @@ class Executor:
                     ctx.cancel()
                     task.cancel()
 
-    async def _run_dag(self, payload: Payload, ctx: GrpsContext) -> Payload:
+    def _raise_missing(self, model: str) -> NoReturn:
+        raise self._missing(model)
+
+    async def _run_dag(self, dag: Dag, payload: Payload, ctx: GrpsContext) -> Payload:
         """The DAG's run, counted under its name: its models count their own executions."""
         started = time.perf_counter_ns()
         try:
-            answer = await self.dag.run(payload, ctx)
+            answer = await dag.run(payload, ctx)
         except BaseException:
             self.dag_statistics.failed(started)
             raise
@@ -317,8 +340,8 @@ class Executor:
 
     async def _produce(self, target: Dag | ModelNode, request: InferRequest, sink: StreamSink) -> None:
         try:
-            if target is self.dag:
-                payload = await self._run_dag(request.payload, request.context)
+            if type(target) is Dag:
+                payload = await self._run_dag(target, request.payload, request.context)
             else:
                 payload = await target.run(request.payload, request.context)
             if request.context.streamed_count == 0 and payload.kind is not PayloadKind.EMPTY:
@@ -342,8 +365,10 @@ class Executor:
             },
             "max_concurrency": self.server_settings.max_concurrency,
             "online": self._online,
+            "model_control": self.repository.mode,
             "models": list(self.nodes),
-            "dag": {"name": self.dag.name, "type": self.dag.type, "nodes": self.dag.node_names},
+            "dag": _describe_dag(self.models),
+            "repository": self.repository.index(),
         }
         return yaml.safe_dump(meta, sort_keys=False)
 
@@ -394,6 +419,14 @@ def _stalled(ctx: GrpsContext, stall_s: float) -> None:
         "the client took no streamed message for %ss (limits.stream_stall_timeout_s): stream stopped", stall_s
     )
     ctx.stop_stalled(stall_s)
+
+
+def _describe_dag(models: ModelSet) -> dict[str, Any]:
+    settings = models.dag_settings
+    described: dict[str, Any] = {"name": settings.name, "type": settings.type}
+    if models.dag is None:
+        return {**described, "nodes": [], "unavailable": models.dag_absent}
+    return {**described, "nodes": models.dag.node_names}
 
 
 def _describe_batching(node: ModelNode) -> dict[str, Any]:

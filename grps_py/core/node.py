@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import copy
 import logging
 import re
 from collections.abc import Hashable, Sequence
@@ -73,20 +74,31 @@ def _registered(registry: Registry[R], name: str | None, model_key: str) -> R:
     return instance
 
 
-def _resolve_inferer(settings: ModelSettings) -> ModelInferer:
+def renewed(registered: R) -> R:
+    """A new object for a model loaded after start-up, in place of the one a project registered (which
+    the version being replaced may still be running): its class called without arguments, else a
+    shallow copy; the node then runs its init and load as for any object."""
+    try:
+        return type(registered)()
+    except TypeError:
+        return copy.copy(registered)
+
+
+def _resolve_inferer(settings: ModelSettings) -> tuple[ModelInferer, bool]:
+    """The inferer object, and whether it is the project's registered one."""
     loader = backend_registry.backend(settings.inferer_type).loader
     if loader is None:
-        return _registered(inferer_register, settings.inferer_name, settings.key)
+        return _registered(inferer_register, settings.inferer_name, settings.key), True
     instance: ModelInferer = backend_registry.load(loader)
-    return instance
+    return instance, False
 
 
-def _resolve_converter(settings: ModelSettings) -> Converter:
+def _resolve_converter(settings: ModelSettings) -> tuple[Converter, bool]:
     loader = backend_registry.converter(settings.inferer_type, settings.converter_type).loader
     if loader is None:
-        return _registered(converter_register, settings.converter_name, settings.key)
+        return _registered(converter_register, settings.converter_name, settings.key), True
     instance: Converter = backend_registry.load(loader)
-    return instance
+    return instance, False
 
 
 def instance_devices(settings: ModelSettings) -> list[str]:
@@ -120,11 +132,15 @@ class ModelNode:
         limit: ConcurrencyLimit,
         observer: SchedulerObserver,
         secrets: Sequence[str] = (),
+        fresh: bool = False,
     ) -> None:
         self.settings = settings
         self.key = settings.key
         self._bridge = bridge
         self._secrets = tuple(secrets)  # never shown to a client, whatever model code puts in a message
+        # A node loaded after start-up (`fresh`) gets its own objects in place of registered ones, one
+        # per registered object (shared by its instances, as the registered one would be).
+        self._renewed: dict[int, Any] | None = {} if fresh else None
         self.instances = [
             self._make_instance(i, device) for i, device in enumerate(instance_devices(settings))
         ]
@@ -147,10 +163,18 @@ class ModelNode:
             self.key,
             index,
             device,
-            _resolve_inferer(self.settings),
-            _resolve_converter(self.settings),
+            self._own(*_resolve_inferer(self.settings)),
+            self._own(*_resolve_converter(self.settings)),
             self.converter_output,
         )
+
+    def _own(self, instance: R, registered: bool) -> R:
+        if not registered or self._renewed is None:
+            return instance
+        own: R | None = self._renewed.get(id(instance))
+        if own is None:
+            own = self._renewed[id(instance)] = renewed(instance)
+        return own
 
     def _sequence_batching(
         self, limit: ConcurrencyLimit, observer: SchedulerObserver
@@ -172,6 +196,12 @@ class ModelNode:
             return batcher, None
         pinned = [ModelScheduler(self.settings, [instance], limit, observer) for instance in self.instances]
         return batcher, pinned
+
+    def adopt_statistics(self, replaced: ModelNode) -> None:
+        """A reload of the same model version: its statistics go on counting here."""
+        stats = replaced.statistics
+        stats.batch_limit = max(1, self.max_batch_size)
+        self.statistics = stats
 
     @property
     def schedulers(self) -> list[ModelScheduler]:

@@ -1,8 +1,7 @@
 """inference.GRPCInferenceService: the Open Inference Protocol over gRPC, with Triton's extensions
-that tritonclient uses (ModelConfig, the bidirectional ModelStreamInfer, RepositoryIndex, system shared
-memory). The shared-memory rpcs are admin rpcs (the admin token, or a loopback peer without one), as
-over HTTP; the CUDA ones, and RepositoryModelLoad/Unload (models are loaded at start-up), answer
-UNIMPLEMENTED."""
+that tritonclient uses (ModelConfig, the bidirectional ModelStreamInfer, the model repository, system
+shared memory). The repository's load and unload and the shared-memory rpcs are admin rpcs (the admin
+token, or a loopback peer without one), as over HTTP; the CUDA ones answer UNIMPLEMENTED."""
 
 from __future__ import annotations
 
@@ -36,7 +35,6 @@ log = logging.getLogger("grps_py.grpc")
 Ctx: TypeAlias = grpc.aio.ServicerContext
 _DONE = object()  # one request of a stream has sent its last response
 _READ_END = object()  # the client closed its side of the stream
-_NO_MODEL_CONTROL = "loading and unloading models is not supported: the server loads them at start-up"
 
 
 class OipService(StatisticsRpcs):
@@ -49,7 +47,13 @@ class OipService(StatisticsRpcs):
     RAW_BYTES_FIELDS = {"ModelInfer": "raw_input_contents", "ModelStreamInfer": "raw_input_contents"}
     # A region maps memory of this host: who may register one may read and write it.
     ADMIN_RPCS = frozenset(
-        {"SystemSharedMemoryStatus", "SystemSharedMemoryRegister", "SystemSharedMemoryUnregister"}
+        {
+            "RepositoryModelLoad",
+            "RepositoryModelUnload",
+            "SystemSharedMemoryStatus",
+            "SystemSharedMemoryRegister",
+            "SystemSharedMemoryUnregister",
+        }
     )
 
     def __init__(self, executor: Executor, guard: AccessGuard, limits: LimitsSettings) -> None:
@@ -102,8 +106,7 @@ class OipService(StatisticsRpcs):
     async def RepositoryIndex(
         self, request: pb.RepositoryIndexRequest, context: Ctx, rid: str
     ) -> pb.RepositoryIndexResponse:
-        if request.repository_name:
-            raise Unsupported("'repository_name' specification is not supported")
+        _no_repository_name(request.repository_name)
         index = self.dataplane.repository_index(request.ready)
         return pb.RepositoryIndexResponse(models=[pb.RepositoryIndexResponse.ModelIndex(**m) for m in index])
 
@@ -111,13 +114,17 @@ class OipService(StatisticsRpcs):
     async def RepositoryModelLoad(
         self, request: pb.RepositoryModelLoadRequest, context: Ctx, rid: str
     ) -> pb.RepositoryModelLoadResponse:
-        raise Unsupported(_NO_MODEL_CONTROL)
+        _no_repository_name(request.repository_name)
+        await self.dataplane.load(request.model_name, oip_pb.repository_parameters(request.parameters))
+        return pb.RepositoryModelLoadResponse()
 
     @rpc_boundary
     async def RepositoryModelUnload(
         self, request: pb.RepositoryModelUnloadRequest, context: Ctx, rid: str
     ) -> pb.RepositoryModelUnloadResponse:
-        raise Unsupported(_NO_MODEL_CONTROL)
+        _no_repository_name(request.repository_name)
+        await self.dataplane.unload(request.model_name, oip_pb.repository_parameters(request.parameters))
+        return pb.RepositoryModelUnloadResponse()
 
     @rpc_boundary
     async def SystemSharedMemoryStatus(
@@ -322,3 +329,9 @@ class OipService(StatisticsRpcs):
 def _stream_response(response: OipResponse, final: bool) -> pb.ModelStreamInferResponse:
     response.parameters[FINAL_RESPONSE] = final
     return pb.ModelStreamInferResponse(infer_response=oip_pb.encode_infer_response(response))
+
+
+def _no_repository_name(name: str) -> None:
+    """One repository per server (its inference.yml): a client naming another is refused."""
+    if name:
+        raise Unsupported("'repository_name' specification is not supported")

@@ -1,13 +1,14 @@
 """The Open Inference Protocol over HTTP: /v2 health, metadata, config, infer and generate, and Triton's
-repository index and shared-memory routes.
+repository (index, load, unload) and shared-memory routes.
 
 Errors answer `{"error": msg}` with the status from the one error table. JSON is read whatever the
 Content-Type says (tritonclient's async client sends JSON as octet-stream); the binary tensor
 extension is recognised by its `Inference-Header-Content-Length` header.
 
 Who may call: inference routes take an inference token when tokens are configured; the repository
-index is open, as metadata is; the system shared-memory routes are admin routes (the admin token, or
-a loopback caller without one; never a page of another site): a region maps memory of this host.
+index is open, as metadata is; the repository's load and unload and the system shared-memory routes are
+admin routes (the admin token, or a loopback caller without one; never a page of another site): they
+change what the server runs, and a region maps memory of this host.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from grps_py.core.executor import Executor
 from grps_py.core.oip import OipRequest, OipResponse
 from grps_py.core.protection import LimitsSettings
 from grps_py.core.telemetry import OIP_HTTP
+from grps_py.core.untrusted import shown
 from grps_py.http.base import BaseHandler
 from grps_py.http.direct import Answer, DirectCall, UnaryRoute
 from grps_py.http.policy import Header, HttpPolicy, oip_error_body
@@ -209,6 +211,27 @@ class OipRoutes:
                 raise InvalidInput("Invalid value for 'ready': expected a boolean")
         return Answer(orjson.dumps(self.dataplane.repository_index(ready)))
 
+    async def repository_load(self, call: DirectCall) -> Answer:
+        """Triton's repository load: `{"parameters": {"config": "<one model entry as JSON>"}}`, optional."""
+        await self.dataplane.load(call.args[0], self._parameters(call, "the load request"))
+        return Answer(b"", _NO_CONTENT)
+
+    async def repository_unload(self, call: DirectCall) -> Answer:
+        """Triton's repository unload: `{"parameters": {"unload_dependents": true}}`, optional."""
+        await self.dataplane.unload(call.args[0], self._parameters(call, "the unload request"))
+        return Answer(b"", _NO_CONTENT)
+
+    def _parameters(self, call: DirectCall, what: str) -> dict[str, Any]:
+        body = self._body(call)
+        if not body.strip():
+            return {}
+        document = expect_object(load(body, limits=self.policy.limits), what)
+        unknown = [key for key in document if key != "parameters"]
+        if unknown:
+            raise InvalidInput(f"unknown key '{shown(unknown[0], 64)}' in {what}; known: 'parameters'")
+        parameters = document.get("parameters", {})
+        return expect_object(parameters, f"{what}'s parameters")
+
     async def shared_memory_status(self, call: DirectCall) -> Answer:
         return Answer(orjson.dumps(self.dataplane.shared_memory.status(call.args[0])))
 
@@ -248,6 +271,8 @@ class OipRoutes:
             route(MODEL + r"/ready", "GET", self.model_ready),
             route(MODEL + r"/config", "GET", self.model_config),
             route(r"/v2/repository/index", "POST", self.repository_index),
+            route(r"/v2/repository/models/([^/]+)/load", "POST", self.repository_load, ADMIN),
+            route(r"/v2/repository/models/([^/]+)/unload", "POST", self.repository_unload, ADMIN),
             route(f"{SYSTEM_SHM}(?:{REGION})?/status", "GET", self.shared_memory_status, ADMIN),
             route(f"{SYSTEM_SHM}{REGION}/register", "POST", self.shared_memory_register, ADMIN),
             route(f"{SYSTEM_SHM}(?:{REGION})?/unregister", "POST", self.shared_memory_unregister, ADMIN),

@@ -567,5 +567,6 @@ def test_check_and_the_log_name_the_device_a_model_runs_on(tmp_path: Path) -> No
     assert lines[1] == "model cpu-1: loaded (onnx on cpu, 2 instance(s))"
     # The server's log says the same, as `serve` writes it.
     assert (
-        f"grps_py.executor: {lines[0]}" in result.stderr and f"grps_py.executor: {lines[1]}" in result.stderr
+        f"grps_py.repository: {lines[0]}" in result.stderr
+        and f"grps_py.repository: {lines[1]}" in result.stderr
     )

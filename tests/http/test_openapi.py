@@ -133,11 +133,14 @@ def sets_a_timeout(case: schemathesis.Case) -> bool:
 
 
 def explained(case: schemathesis.Case, status: int) -> bool:
-    """A 5xx the request explains: the 504 of a timeout it set, or the 501 of CUDA shared memory, which
-    this server does not support (the only answer those routes describe)."""
+    """A 5xx the request explains: the 504 of a timeout it set, the 501 of CUDA shared memory, which
+    this server does not support (the only answer those routes describe), or of a repository load or
+    unload on this server, whose models load at start-up only (model_control: none: the fuzzing must
+    not change the models the other cases run)."""
     if status == 504:
         return sets_a_timeout(case)
-    return status == 501 and case.path.startswith("/v2/cudasharedmemory/")
+    repository_change = case.path.startswith("/v2/repository/models/")
+    return status == 501 and (case.path.startswith("/v2/cudasharedmemory/") or repository_change)
 
 
 @schema.parametrize()
