@@ -1,4 +1,4 @@
-"""`grps-py`: serve a project, check it, start a new one, or call a running server.
+"""`grps-py`: serve a project, check it, start a new one, call a running server, or manage its models.
 
 Exit codes: 0 success; 1 the operation failed (an error answer, a server that is not ready);
 2 the input was wrong (bad arguments, an invalid project, a directory that is not empty).
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 
-from grps_py.cli import remote, scaffold, serve
+from grps_py.cli import models, remote, scaffold, serve
 
 __all__ = ["build_parser", "main"]
 
@@ -21,6 +21,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_parsers(commands)
     scaffold.add_parser(commands)
     remote.add_parsers(commands)
+    models.add_parsers(commands)
     return parser
 
 

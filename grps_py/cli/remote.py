@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -26,6 +27,9 @@ def add_parsers(commands: Any) -> None:
     )
     common.add_argument("--protocol", choices=("http", "grpc"), default="http", help="default: http")
     common.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for the answer (60)")
+    common.add_argument(
+        "--token", help="the server's admin token, for online/offline (default: $GRPS_ADMIN_TOKEN)"
+    )
 
     predict = commands.add_parser("predict", parents=[common], help="send one request and show the answer")
     predict.add_argument("--model", help="name-version of the model to run (default: the server's DAG)")
@@ -144,7 +148,8 @@ def _wait_ready(args: argparse.Namespace) -> int:
 
 def _client(args: argparse.Namespace, timeout: float) -> GrpsClient:
     url = args.url or f"127.0.0.1:{DEFAULT_PORTS[args.protocol]}"
-    return GrpsClient(url, protocol=args.protocol, timeout=timeout)
+    token = args.token or os.environ.get("GRPS_ADMIN_TOKEN") or None
+    return GrpsClient(url, protocol=args.protocol, timeout=timeout, token=token)
 
 
 def _switched(switch: Callable[[], None], state: str) -> int:

@@ -5,6 +5,7 @@
         client.predict({"x": np.ones((1, 4), np.float32)})      # -> {"probs": array(...)}
         for part in client.predict_stream("5", model="stream-1.0"):
             print(part)
+        client.load_model("echo")                                # model management (admin calls)
 
 Every failure, the server's or the network's, raises `GrpsClientError` (the network's as its subclasses
 `GrpsConnectionError` and `GrpsTimeoutError`). A client holds one connection (HTTP) or channel (gRPC)
@@ -13,7 +14,7 @@ and is not thread-safe: use one per thread.
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, Generator
+from collections.abc import AsyncGenerator, Generator, Mapping
 from types import TracebackType
 from typing import Any, Protocol
 
@@ -23,6 +24,7 @@ from grps_py.client.errors import GrpsClientError
 from grps_py.client.grpc_transport import GrpcTransport
 from grps_py.client.http_transport import HttpTransport
 from grps_py.client.http_wire import HttpUrl
+from grps_py.client.repository_wire import config_json
 from grps_py.client.values import Data, Kind, Reply, Request, answer_of
 
 __all__ = ["GrpsClient"]
@@ -41,6 +43,12 @@ class Transport(Protocol):
 
     def metadata(self, model: str | None, timeout_s: float | None) -> str: ...
 
+    def repository_index(self, ready: bool, timeout_s: float | None) -> list[dict[str, str]]: ...
+
+    def load_model(self, name: str, config: str | None, timeout_s: float | None) -> None: ...
+
+    def unload_model(self, name: str, unload_dependents: bool, timeout_s: float | None) -> None: ...
+
     def close(self) -> None: ...
 
 
@@ -54,16 +62,20 @@ class GrpsClient:
 
     `url` is `host:port` (or `http://host:port[/prefix]` for HTTP); `protocol` is "http" or "grpc";
     `timeout` (seconds, None for none) bounds every call unless the call gives its own. The server
-    gets it too, as the request's deadline.
+    gets it too, as the request's deadline. `token` is the server's admin token (`security.admin_token`),
+    sent with admin calls (online, offline, the model repository) as `Authorization: Bearer <token>`;
+    without one, a server answers admin calls from loopback callers only.
     """
 
-    def __init__(self, url: str, protocol: str = "http", timeout: float | None = 60.0) -> None:
+    def __init__(
+        self, url: str, protocol: str = "http", timeout: float | None = 60.0, token: str | None = None
+    ) -> None:
         self.timeout = timeout
         self._transport: Transport
         if protocol == "http":
-            self._transport = HttpTransport(HttpUrl.parse(url))
+            self._transport = HttpTransport(HttpUrl.parse(url), token)
         elif protocol == "grpc":
-            self._transport = GrpcTransport(_grpc_target(url))
+            self._transport = GrpcTransport(_grpc_target(url), token)
         else:
             raise ValueError(f"protocol must be 'http' or 'grpc', not {protocol!r}")
 
@@ -126,6 +138,26 @@ class GrpsClient:
     def model_metadata(self, name: str) -> dict[str, Any]:
         """A model's settings and inputs/outputs; `name` is `name-version`."""
         return _yaml_dict(self._transport.metadata(name, self.timeout))
+
+    # --- the model repository (Triton's extension; the server needs `model_control: explicit` to load
+    # and unload) ---
+
+    def repository_index(self, ready: bool = False) -> list[dict[str, str]]:
+        """Every model version the server knows: `{"name", "version", "state", "reason"}` each, state
+        READY, LOADING, UNLOADING or UNAVAILABLE (reason says why). `ready`: the ready ones only."""
+        return self._transport.repository_index(ready, self.timeout)
+
+    def load_model(self, name: str, config: Mapping[str, Any] | None = None) -> None:
+        """Load model `name`, or load it again, and return once it serves (loaded and warmed up: give
+        the client a timeout that allows for it). `config`: one model entry in inference.yml's format
+        (e.g. a new version); without it the server reads the model's entries from inference.yml again.
+        A failed load raises, and the version served before keeps serving."""
+        self._transport.load_model(name, config_json(config), self.timeout)
+
+    def unload_model(self, name: str, unload_dependents: bool = False) -> None:
+        """Stop serving every version of model `name` (requests in flight finish first). A model the
+        server's DAG uses is refused unless `unload_dependents`."""
+        self._transport.unload_model(name, unload_dependents, self.timeout)
 
     def close(self) -> None:
         self._transport.close()

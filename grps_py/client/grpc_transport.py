@@ -1,4 +1,5 @@
-"""The grps API over gRPC (`grps.protos.v1.GrpsService`), blocking and asyncio.
+"""The grps API over gRPC (`grps.protos.v1.GrpsService`), blocking and asyncio; and the model repository
+calls of `inference.GRPCInferenceService` (blocking).
 
 A failed request is answered with status OK and a FAILURE envelope (as grps answers); it raises the
 same `GrpsClientError` an HTTP answer with that status raises.
@@ -15,15 +16,18 @@ from typing import Any
 
 import grpc
 
+from grps_py.client import repository_wire
+from grps_py.client.auth import authorization
 from grps_py.client.errors import GrpsClientError, deadline_exceeded, grpc_unavailable
 from grps_py.client.values import Reply, Request
-from grps_py.protos import grps_pb2, grps_pb2_grpc
+from grps_py.protos import grps_pb2, grps_pb2_grpc, open_inference_pb2_grpc
 
 __all__ = ["GrpcTransport"]
 
 Msg = grps_pb2.GrpsMessage
 # The server bounds message sizes (interface.max_message_bytes); the client adds no smaller limit.
 _OPTIONS = [("grpc.max_send_message_length", -1), ("grpc.max_receive_message_length", -1)]
+AUTHORIZATION_KEY = "authorization"
 
 
 def _checked(reply: Msg) -> Msg:
@@ -35,11 +39,14 @@ def _checked(reply: Msg) -> Msg:
 
 
 class GrpcTransport:
-    def __init__(self, target: str) -> None:
+    def __init__(self, target: str, token: str | None = None) -> None:
+        bearer = authorization(token)  # a token that cannot be sent fails before a channel is opened
+        self._admin_metadata = () if bearer is None else ((AUTHORIZATION_KEY, bearer),)
         self.target = target
         self.where = f"{target} (gRPC)"
         self._channel = grpc.insecure_channel(target, options=_OPTIONS)
         self._stub = grps_pb2_grpc.GrpsServiceStub(self._channel)  # type: ignore[no-untyped-call]
+        self._oip = open_inference_pb2_grpc.GRPCInferenceServiceStub(self._channel)  # type: ignore[no-untyped-call]
 
     def _error(self, exc: grpc.RpcError, timeout_s: float | None) -> GrpsClientError:
         """The server's errors carry its request id; a deadline or connection failure without one is
@@ -53,12 +60,15 @@ class GrpcTransport:
             return grpc_unavailable(self.where, error.message)
         return error
 
-    def _call(self, rpc: Callable[..., Any], message: Msg, timeout_s: float | None) -> Msg:
+    def _call(
+        self, rpc: Callable[..., Any], message: Any, timeout_s: float | None, admin: bool = False
+    ) -> Any:
+        """One unary RPC; an admin one carries the admin token, when the client has one."""
+        metadata = (self._admin_metadata if admin else ()) or None
         try:
-            reply: Msg = rpc(message, timeout=timeout_s)
+            return rpc(message, timeout=timeout_s, metadata=metadata)
         except grpc.RpcError as exc:
             raise self._error(exc, timeout_s) from exc
-        return reply
 
     def predict(self, request: Request, timeout_s: float | None) -> Reply:
         return _checked(self._call(self._stub.Predict, request.message(), timeout_s))
@@ -94,7 +104,7 @@ class GrpcTransport:
             "live": self._stub.CheckLiveness,
             "ready": self._stub.CheckReadiness,
         }[action]
-        status = self._call(rpc, Msg(), timeout_s).status
+        status = self._call(rpc, Msg(), timeout_s, admin=action in ("online", "offline")).status
         ok = status.status != grps_pb2.Status.FAILURE
         return ok, status.code or (200 if ok else 503), status.msg or ("OK" if ok else f"not {action}")
 
@@ -102,6 +112,18 @@ class GrpcTransport:
         if model is None:
             return _checked(self._call(self._stub.ServerMetadata, Msg(), timeout_s)).str_data
         return _checked(self._call(self._stub.ModelMetadata, Msg(str_data=model), timeout_s)).str_data
+
+    def repository_index(self, ready: bool, timeout_s: float | None) -> list[dict[str, str]]:
+        request = repository_wire.index_request(ready)
+        return repository_wire.index_rows(self._call(self._oip.RepositoryIndex, request, timeout_s, True))
+
+    def load_model(self, name: str, config: str | None, timeout_s: float | None) -> None:
+        request = repository_wire.load_request(name, config)
+        self._call(self._oip.RepositoryModelLoad, request, timeout_s, admin=True)
+
+    def unload_model(self, name: str, unload_dependents: bool, timeout_s: float | None) -> None:
+        request = repository_wire.unload_request(name, unload_dependents)
+        self._call(self._oip.RepositoryModelUnload, request, timeout_s, admin=True)
 
     def close(self) -> None:
         self._channel.close()

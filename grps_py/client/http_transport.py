@@ -8,11 +8,13 @@ go) and never disturbs other calls. Not thread-safe: use one client per thread.
 
 from __future__ import annotations
 
+import dataclasses
 import http.client
 from collections.abc import AsyncGenerator, Generator, Iterator
 from contextlib import contextmanager
 
-from grps_py.client import http_async
+from grps_py.client import http_async, repository_wire
+from grps_py.client.auth import authorization
 from grps_py.client.errors import unavailable
 from grps_py.client.http_wire import (
     ChunkedDecoder,
@@ -34,12 +36,19 @@ __all__ = ["HttpTransport"]
 # How a keep-alive connection the server closed while idle shows itself when it is used again.
 _STALE = (ConnectionResetError, BrokenPipeError, ConnectionAbortedError, http.client.RemoteDisconnected)
 _READ_SIZE = 1 << 16
+ADMIN_ACTIONS = ("online", "offline")  # health actions that are admin calls
 
 
 class HttpTransport:
-    def __init__(self, url: HttpUrl) -> None:
+    def __init__(self, url: HttpUrl, token: str | None = None) -> None:
         self.url = url
         self._conn: http.client.HTTPConnection | None = None
+        bearer = authorization(token)
+        self._admin_headers = {} if bearer is None else {"Authorization": bearer}
+
+    def _admin(self, call: HttpCall) -> HttpCall:
+        """An admin call carries the admin token, when the client has one."""
+        return dataclasses.replace(call, headers={**call.headers, **self._admin_headers})
 
     def _new_connection(self) -> http.client.HTTPConnection:
         if self.url.scheme == "https":
@@ -140,9 +149,10 @@ class HttpTransport:
 
     def health(self, action: str, timeout_s: float | None) -> tuple[bool, int, str]:
         """(ok, status, message): a 503 answer is "not ready", an answer, not an error."""
-        status, reason, content_type, body = self._exchange(
-            health_call(self.url, action), Deadline(timeout_s, self.url.where)
-        )
+        call = health_call(self.url, action)
+        if action in ADMIN_ACTIONS:
+            call = self._admin(call)
+        status, reason, content_type, body = self._exchange(call, Deadline(timeout_s, self.url.where))
         if status == 503:
             return False, status, error_of(status, reason, body).message
         read_answer(status, reason, content_type, body)
@@ -153,6 +163,23 @@ class HttpTransport:
             *self._exchange(metadata_call(self.url, model), Deadline(timeout_s, self.url.where))
         )
         return str(answer.value) if answer.kind is PayloadKind.TEXT else ""
+
+    def repository_index(self, ready: bool, timeout_s: float | None) -> list[dict[str, str]]:
+        call = repository_wire.index_call(self.url, ready)
+        return repository_wire.read_index(*self._admin_call(call, timeout_s))
+
+    def load_model(self, name: str, config: str | None, timeout_s: float | None) -> None:
+        call = repository_wire.load_call(self.url, name, config)
+        repository_wire.read_done(*self._admin_call(call, timeout_s))
+
+    def unload_model(self, name: str, unload_dependents: bool, timeout_s: float | None) -> None:
+        call = repository_wire.unload_call(self.url, name, unload_dependents)
+        repository_wire.read_done(*self._admin_call(call, timeout_s))
+
+    def _admin_call(self, call: HttpCall, timeout_s: float | None) -> tuple[int, str, bytes]:
+        """Status, reason and body of an admin call (a model load may take its whole timeout)."""
+        status, reason, _, body = self._exchange(self._admin(call), Deadline(timeout_s, self.url.where))
+        return status, reason, body
 
     def close(self) -> None:
         if self._conn is not None:
