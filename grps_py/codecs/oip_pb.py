@@ -94,14 +94,9 @@ def parameters_to_dict(params: Mapping[str, pb.InferParameter]) -> dict[str, Any
 
 
 def repository_parameters(params: Mapping[str, pb.ModelRepositoryParameter]) -> dict[str, Any]:
-    """A repository load's or unload's parameters as Python values (bool, int, str or bytes)."""
-    values: dict[str, Any] = {}
-    for key, param in params.items():
-        which = param.WhichOneof("parameter_choice")
-        if which is None:
-            raise InvalidInput(f"parameter '{shown(key, 64)}' has no value")
-        values[key] = getattr(param, which)
-    return values
+    """A repository load's or unload's parameters as Python values (bool, int, str or bytes): the same
+    `parameter_choice` oneof as an inference request's."""
+    return parameters_to_dict(params)
 
 
 def set_parameters(params: MutableMapping[str, pb.InferParameter], values: Mapping[str, Any]) -> None:

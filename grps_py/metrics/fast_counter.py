@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, MutableMapping, Sequence
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter
 from prometheus_client.metrics_core import CounterMetricFamily, Metric
@@ -27,6 +28,20 @@ def created_series() -> bool:
     """Whether prometheus_client's own counters write a `_created` sample now: read from what one of
     them collects, so both of its switches (the environment variable, the functions) count."""
     return any(sample.name.endswith("_created") for metric in _probe().collect() for sample in metric.samples)
+
+
+def drop_children(
+    children: MutableMapping[tuple[str, ...], Any],
+    values: tuple[str, ...],
+    labelnames: tuple[str, ...],
+    name: str,
+) -> None:
+    """A family's `remove`: drop the children whose first label values are `values`."""
+    if len(values) > len(labelnames):
+        raise ValueError(f"{name} takes labels {labelnames}, not {values}")
+    width = len(values)
+    for key in [key for key in children if key[:width] == values]:
+        del children[key]  # on the event loop's thread, as every write: a scrape reads a copy
 
 
 class FastCounter:
@@ -66,11 +81,7 @@ class CounterFamily(Collector):
         """Stop exporting every child whose first label values are `values`: one child when every
         label is given (as prometheus_client's `remove`), all of a model's when only its leading
         labels are. A removed child may still be counted by whoever holds it; it is not scraped."""
-        if len(values) > len(self.labelnames):
-            raise ValueError(f"{self.name} takes labels {self.labelnames}, not {values}")
-        width = len(values)
-        for key in [key for key in self._children if key[:width] == values]:
-            del self._children[key]  # on the event loop's thread, as every write: a scrape reads a copy
+        drop_children(self._children, values, self.labelnames, self.name)
 
     def describe(self) -> list[Metric]:
         return [CounterMetricFamily(self.name, self.documentation, labels=self.labelnames)]

@@ -16,6 +16,8 @@ from prometheus_client.metrics_core import HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
+from grps_py.metrics.fast_counter import drop_children
+
 
 class FastHistogram:
     """One labelled child. Observed on the event loop's thread only (no lock)."""
@@ -60,11 +62,7 @@ class HistogramFamily(Collector):
         """Stop exporting every child whose first label values are `values`: one child when every
         label is given (as prometheus_client's `remove`), all of a model's when only its leading
         labels are. A removed child may still be observed by whoever holds it; it is not scraped."""
-        if len(values) > len(self.labelnames):
-            raise ValueError(f"{self.name} takes labels {self.labelnames}, not {values}")
-        width = len(values)
-        for key in [key for key in self._children if key[:width] == values]:
-            del self._children[key]  # on the event loop's thread, as every write: a scrape reads a copy
+        drop_children(self._children, values, self.labelnames, self.name)
 
     def describe(self) -> list[Metric]:
         return [HistogramMetricFamily(self.name, self.documentation, labels=self.labelnames)]
