@@ -190,7 +190,10 @@ class OipDataplane:
     def _prepare(
         self, name: str, version: str, request: OipRequest, ctx: GrpsContext
     ) -> tuple[ModelEntry, InferRequest]:
-        entry = self.entry(name, version)
+        try:
+            entry = self.executor.catalog.entry(name, version)  # not self.entry: runs per request
+        except ModelNotFound:
+            entry = self.entry(name, version)  # ModelNotReady while it is being unloaded
         if request.parameters:
             _check_parameters(entry, request.parameters)
         if request.outputs:

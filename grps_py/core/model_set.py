@@ -51,7 +51,7 @@ class ModelSet:
 
     def __exit__(self, *exc_info: object) -> None:
         self.users -= 1
-        if self.users == 0 and self._drained is not None:
+        if self._drained is not None and self.users == 0:  # None until replaced: one test per request
             self._drained.set()
 
     def resolve(self, model: str) -> Dag | ModelNode | None:
