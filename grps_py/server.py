@@ -32,6 +32,8 @@ from grps_py.http.tls import server_ssl_context
 from grps_py.logs import ACCESS_FLUSH_S, flush_access_log
 from grps_py.metrics import ServerMetrics
 from grps_py.project import load_project
+from grps_py.workers.group import WorkerGroup
+from grps_py.workers.peers import PeerRequests
 
 log = logging.getLogger("grps_py.server")
 SAMPLE_S = 1.0
@@ -40,13 +42,19 @@ SAMPLE_S = 1.0
 class GrpsServer:
     """One serving process: one executor behind the HTTP and (optionally) gRPC adapters."""
 
-    def __init__(self, server: ServerSettings, inference: InferenceSettings) -> None:
+    def __init__(
+        self, server: ServerSettings, inference: InferenceSettings, group: WorkerGroup | None = None
+    ) -> None:
         self.settings = server
+        self.group = group  # one worker of several (grps_py/workers): they share ports and state
         # One metrics engine per server (its own Prometheus registry): it hears the schedulers, the
         # transports' request records and streamed messages, and is sampled once a second.
         self.metrics = ServerMetrics(model_labels(inference))
         self.executor = Executor(server, inference, GrpsMessageBridge(), observer=self.metrics)
         self.executor.telemetry.add(self.metrics)
+        if group is not None:
+            self.executor.traffic = group.traffic
+            self.executor.repository.everywhere = group.apply_everywhere
         install_access_log(self.executor, server.log)  # nothing when log.access is false
         self._http: HttpListener | None = None
         self._metrics_http: HttpListener | None = None
@@ -67,23 +75,41 @@ class GrpsServer:
     async def start(self, on_progress: Progress | None = None) -> None:
         """Listen first (liveness answers while models load), then load models and go online.
 
-        `on_progress` hears model loading and warmup steps (the CLI shows them on a terminal)."""
-        iface = self.settings.interface
+        A worker of several loads its models first and listens only then: the others serve meanwhile,
+        and no connection the kernel hands it waits for a model. `on_progress` hears model loading and
+        warmup steps (the CLI shows them on a terminal)."""
         sys.setswitchinterval(self.settings.gil_switch_interval_us / 1e6)  # process-wide, see config
+        try:
+            if self.group is None:
+                await self._listen()
+            await self._start_models(on_progress)
+            if self.group is not None:
+                peers = PeerRequests(self)
+                await self.group.replay(peers.answer)  # what the group loaded or unloaded before
+                await self._listen()
+                await self.group.serve(peers.answer)
+        except BaseException:
+            await self.stop(grace_s=0)  # release the ports before reporting the failure
+            raise
+
+    async def _listen(self) -> None:
+        iface = self.settings.interface
+        shared = self.group is not None  # SO_REUSEPORT: every worker listens on the same ports
         tls = server_ssl_context(self.settings.tls, self.settings.source)  # None: plain HTTP
-        routes = HttpRoutes(self.executor, self.settings, self.metrics)
+        routes = HttpRoutes(self.executor, self.settings, self.metrics, self.group)
         self._http = HttpListener(routes.app(), self.settings, tls, routes.direct())
-        sockets = tornado.netutil.bind_sockets(iface.http_port, iface.host, family=_family(iface.host))
+        family = _family(iface.host)
+        sockets = tornado.netutil.bind_sockets(iface.http_port, iface.host, family=family, reuse_port=shared)
         await self._http.listen(sockets)
         self.http_port = sockets[0].getsockname()[1]
         if iface.framework == "http+grpc":
-            self._grpc, self.grpc_port = build_grpc_server(self.executor, self.settings)
+            self._grpc, self.grpc_port = build_grpc_server(self.executor, self.settings, shared)
             await self._grpc.start()
         if self.settings.metrics.port is not None:
-            metrics_app = build_metrics_app(self.executor, self.metrics, routes.policy)
+            metrics_app = build_metrics_app(self.executor, self.metrics, routes.policy, self.group)
             self._metrics_http = HttpListener(metrics_app, self.settings, tls)
             sockets = tornado.netutil.bind_sockets(
-                self.settings.metrics.port, iface.host, family=_family(iface.host)
+                self.settings.metrics.port, iface.host, family=family, reuse_port=shared
             )
             await self._metrics_http.listen(sockets)
             self.metrics_port = sockets[0].getsockname()[1]
@@ -94,19 +120,17 @@ class GrpsServer:
             self.grpc_port,
             self.metrics_port,
         )
+
+    async def _start_models(self, on_progress: Progress | None) -> None:
         self._tasks.append(asyncio.ensure_future(_flush_access_log_every(ACCESS_FLUSH_S)))
         self._tasks.append(asyncio.ensure_future(_sample_every(self.metrics, SAMPLE_S)))
         if apply_gpu_settings(self.settings.gpu) and self.settings.gpu and self.settings.gpu.mem_gc_enable:
             self._tasks.append(asyncio.ensure_future(gpu_gc_loop(self.settings.gpu)))
-        try:
-            await self.executor.start(on_progress)
-            # Everything alive now (torch, models, modules) lives as long as the process: freeze it so
-            # the cyclic GC does not rescan that large heap while serving.
-            gc.collect()
-            gc.freeze()
-        except BaseException:
-            await self.stop(grace_s=0)  # release the ports before reporting the failure
-            raise
+        await self.executor.start(on_progress)
+        # Everything alive now (torch, models, modules) lives as long as the process: freeze it so
+        # the cyclic GC does not rescan that large heap while serving.
+        gc.collect()
+        gc.freeze()
 
     async def stop(self, grace_s: float | None = None) -> None:
         """Drain, then close; nothing accepted is reset.
@@ -119,6 +143,8 @@ class GrpsServer:
         message), and the idle connections left are closed."""
         grace = self.settings.shutdown_grace_s if grace_s is None else grace_s
         self.executor.begin_drain()
+        if self.group is not None:
+            self.group.close()  # the other workers stop asking this one
         if self._http is not None:
             self._http.no_keep_alive = True  # each answer from now on ends with close
         say = log.info if self.executor.is_loaded else log.debug  # a failed start-up says why elsewhere

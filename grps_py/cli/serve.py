@@ -27,6 +27,8 @@ from grps_py.core.yaml_fields import read_yaml
 from grps_py.logs import LOGGERS, setup_logging
 from grps_py.project import Project, load_project
 from grps_py.server import GrpsServer
+from grps_py.workers.group import WorkerGroup
+from grps_py.workers.supervisor import GPU_ENV, Supervisor
 
 
 def add_parsers(commands: Any) -> None:
@@ -35,12 +37,23 @@ def add_parsers(commands: Any) -> None:
     serve.add_argument(
         "--port", help='override interface.port: "HTTP" or "HTTP,GRPC" as in server.yml (0 picks a free port)'
     )
+    serve.add_argument("--http-port", metavar="PORT", help="the HTTP port (env GRPS_HTTP_PORT); 0 picks one")
+    serve.add_argument("--grpc-port", metavar="PORT", help="the gRPC port (env GRPS_GRPC_PORT); 0 picks one")
+    serve.add_argument(
+        "--workers",
+        metavar="N|auto",
+        help="worker processes sharing the ports (env GRPS_WORKERS; auto: one per core); overrides workers",
+    )
     serve.add_argument(
         "--model-control",
         choices=MODEL_CONTROL_MODES,
         help="override model_control: none (models load at start only), explicit (the repository API "
         "loads and unloads them), poll (inference.yml and its files are watched)",
     )
+    # A worker of a supervisor (grps_py/workers): not for people to give.
+    serve.add_argument("--worker-dir", type=Path, help=argparse.SUPPRESS)
+    serve.add_argument("--worker-index", type=int, default=0, help=argparse.SUPPRESS)
+    serve.add_argument("--metrics-port", type=int, help=argparse.SUPPRESS)
     serve.set_defaults(run=run_serve)
     check = commands.add_parser(
         "check", help="validate PROJECT_DIR's configs and load (and warm up) every model, without serving"
@@ -77,24 +90,60 @@ def terminal_progress(stream: TextIO) -> Progress | None:
 
 
 def project_settings(args: argparse.Namespace) -> Project:
-    """The project's settings; `--port` and `--model-control` (serve only) replace server.yml's
-    interface.port and model_control."""
+    """The project's settings, with what `serve`'s options (or their environment variables) override in
+    server.yml: interface.port (`--port`, `--http-port`, `--grpc-port`), model_control, workers."""
     project = load_project(args.project_dir, args.server_conf, args.inference_conf)
-    port = getattr(args, "port", None)
-    model_control = getattr(args, "model_control", None)
-    if port is None and model_control is None:
+    overrides = _server_overrides(args, project.server)
+    if not overrides:
         return project
     path = args.server_conf or project.root / "conf" / "server.yml"
     data: dict[str, Any] = read_yaml(path) or {}  # type: ignore[assignment]  # load_project checked it
-    overridden = []
-    if port is not None:
-        data = {**data, "interface": {**(data.get("interface") or {}), "port": port}}
-        overridden.append("interface.port from --port")
-    if model_control is not None:
-        data = {**data, "model_control": model_control}
-        overridden.append("model_control from --model-control")
-    server = parse_server_settings(data, f"{path} ({', '.join(overridden)})", project.root)
+    for key, (value, _) in overrides.items():
+        if key == "port":
+            data = {**data, "interface": {**(data.get("interface") or {}), "port": value}}
+        else:
+            data = {**data, key: value}
+    said = ", ".join(origin for _, origin in overrides.values())
+    server = parse_server_settings(data, f"{path} ({said})", project.root)
     return dataclasses.replace(project, server=server)
+
+
+def _server_overrides(args: argparse.Namespace, server: ServerSettings) -> dict[str, tuple[Any, str]]:
+    """server.yml keys -> (value, where it came from), for the options given (serve only)."""
+    overrides: dict[str, tuple[Any, str]] = {}
+    port = getattr(args, "port", None)
+    http_port = _option(args, "http_port", "GRPS_HTTP_PORT")
+    grpc_port = _option(args, "grpc_port", "GRPS_GRPC_PORT")
+    if port is not None:
+        overrides["port"] = (port, "interface.port from --port")
+    elif http_port is not None or grpc_port is not None:
+        iface = server.interface
+        ports = [http_port or str(iface.http_port)]
+        if iface.framework == "http+grpc":
+            ports.append(grpc_port or str(iface.grpc_port))
+        overrides["port"] = (",".join(ports), "interface.port from --http-port/--grpc-port")
+    model_control = getattr(args, "model_control", None)
+    if model_control is not None:
+        overrides["model_control"] = (model_control, "model_control from --model-control")
+    workers = _option(args, "workers", "GRPS_WORKERS")
+    if workers is not None:
+        overrides["workers"] = (
+            workers if workers == "auto" else _int_or_text(workers),
+            "workers from --workers",
+        )
+    return overrides
+
+
+def _option(args: argparse.Namespace, name: str, env: str) -> str | None:
+    value = getattr(args, name, None)
+    if value is None and hasattr(args, name):  # serve's option, not given: its environment variable
+        value = os.environ.get(env) or None
+    return None if value is None else str(value)
+
+
+def _int_or_text(text: str) -> int | str:
+    """A number as YAML would read it (`--workers 4`), else the text (`auto`, or a value refused)."""
+    return int(text) if text.strip().isdigit() else text
 
 
 def run_serve(args: argparse.Namespace) -> int:
@@ -105,7 +154,15 @@ def run_serve(args: argparse.Namespace) -> int:
     try:
         setup_logging(None)
         project = project_settings(args)
-        event_loop.run(_serve(project), project.server.event_loop)
+        if args.worker_dir is not None:
+            project = _as_worker(project, args)
+        elif project.server.workers > 1:
+            check_ports(project.server)
+            return Supervisor(_worker_argv(args), project.server, project.server.workers).run()
+        group = None
+        if args.worker_dir is not None:
+            group = WorkerGroup(args.worker_dir, args.worker_index, project.server.workers)
+        event_loop.run(_serve(project, group), project.server.event_loop)
     except (ConfigError, ModelLoadError, PortInUse) as exc:
         return _fail(str(exc))
     except KeyboardInterrupt:  # before the server took over the signals
@@ -199,9 +256,36 @@ async def trim_malloc_every(period_s: float = MALLOC_TRIM_S) -> None:
         await loop.run_in_executor(None, trim_malloc)  # walks the heaps: not on the event loop
 
 
-async def _serve(project: Project) -> None:
-    check_ports(project.server)
-    server = GrpsServer(project.server, project.inference)
+def _worker_argv(args: argparse.Namespace) -> list[str]:
+    """`serve`'s arguments for a worker, as this command was given them (the supervisor adds the ports
+    it chose and the worker options)."""
+    argv = [str(args.project_dir)]
+    for option, value in (
+        ("--server-conf", args.server_conf),
+        ("--inference-conf", args.inference_conf),
+        ("--model-control", args.model_control),
+    ):
+        if value is not None:
+            argv += [option, str(value)]
+    return argv
+
+
+def _as_worker(project: Project, args: argparse.Namespace) -> Project:
+    """A worker's settings: the metrics port the supervisor chose, and its one GPU as device 0."""
+    server = project.server
+    if args.metrics_port is not None:
+        server = dataclasses.replace(
+            server, metrics=dataclasses.replace(server.metrics, port=args.metrics_port)
+        )
+    if server.gpu is not None and os.environ.get(GPU_ENV):
+        server = dataclasses.replace(server, gpu=dataclasses.replace(server.gpu, devices=(0,)))
+    return dataclasses.replace(project, server=server)
+
+
+async def _serve(project: Project, group: WorkerGroup | None = None) -> None:
+    if group is None:
+        check_ports(project.server)
+    server = GrpsServer(project.server, project.inference, group)
     setup_logging(server.settings.log)
     trimming = asyncio.ensure_future(trim_malloc_every())
     try:

@@ -7,6 +7,7 @@ Every error is a ConfigError naming the file, the key, the bad value and what is
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -117,6 +118,8 @@ class ServerSettings:
     # only) or poll (inference.yml and its model files are watched every repository_poll_s).
     model_control: str = "none"
     repository_poll_s: float = 5.0
+    # Worker processes sharing the ports (grps_py/workers): 1 serves in this process.
+    workers: int = 1
     source: str = "<server.yml>"
 
 
@@ -212,6 +215,7 @@ _ADDED_SERVER_KEYS = (
     "event_loop",
     "model_control",
     "repository_poll_s",
+    "workers",
 )  # grps-py's additions to grps's keys
 _SERVER_KEYS = ("interface", "max_connections", "max_concurrency", "gpu", "log", *_ADDED_SERVER_KEYS)
 _INTERFACE_KEYS = ("framework", "host", "port", "customized_predict_http", "max_message_bytes")
@@ -300,8 +304,31 @@ def parse_server_settings(data: object, source: str, project_dir: Path) -> Serve
         event_loop=fields.opt_text("event_loop", _EVENT_LOOPS) or defaults.event_loop,
         model_control=fields.opt_text("model_control", MODEL_CONTROL_MODES) or defaults.model_control,
         repository_poll_s=fields.number("repository_poll_s", defaults.repository_poll_s, MIN_POLL_S),
+        workers=_parse_workers(fields),
         source=source,
     )
+
+
+MAX_WORKERS = 256
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity, as a container's cpuset sets it)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+def _parse_workers(fields: Fields) -> int:
+    """`workers`: a count, or `auto` for one per core this process may run on."""
+    value = fields.get("workers")
+    if value is None:
+        return 1
+    if value == "auto":
+        return max(1, min(MAX_WORKERS, usable_cores()))
+    if is_int(value) and 1 <= value <= MAX_WORKERS:
+        return value
+    fields.fail("workers", value, f"an integer from 1 to {MAX_WORKERS}, or 'auto' (one per core)")
 
 
 def _parse_interface(fields: Fields) -> InterfaceSettings:

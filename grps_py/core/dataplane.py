@@ -148,7 +148,7 @@ class OipDataplane:
                 )
             else:
                 raise InvalidInput(f"unknown load parameter '{shown(key, 64)}'; the one known is 'config'")
-        await self.executor.repository.load(name, config)
+        await self.executor.repository.request_load(name, config)
 
     async def unload(self, name: str, parameters: dict[str, Any]) -> None:
         """Triton's repository unload: `parameters.unload_dependents` (a boolean) takes the DAG down too
@@ -162,7 +162,7 @@ class OipDataplane:
             if type(value) is not bool:
                 raise InvalidInput("parameter 'unload_dependents' must be a boolean")
             dependents = value
-        await self.executor.repository.unload(name, dependents)
+        await self.executor.repository.request_unload(name, dependents)
 
     # -- inference -----------------------------------------------------------------------------
     def context(

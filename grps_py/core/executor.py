@@ -25,6 +25,7 @@ from grps_py.core.shared_memory import SharedMemoryRegions
 from grps_py.core.signature import TensorSpec
 from grps_py.core.statistics import InferenceStats, Statistics
 from grps_py.core.telemetry import RequestFanOut
+from grps_py.core.traffic import LocalTraffic, Traffic
 from grps_py.core.types import InferRequest, InferResponse, MessageBridge, Payload, PayloadKind
 from grps_py.core.untrusted import shown
 from grps_py.core.warmup import Progress, no_progress, warm_up
@@ -140,7 +141,7 @@ class Executor:
             observer.export_statistics(self.statistics)
         # Triton's system shared-memory regions, shared by both transports' OIP routes.
         self.shared_memory = SharedMemoryRegions()
-        self._online = False
+        self.traffic: Traffic = LocalTraffic()  # a worker of several shares one (grps_py/workers)
         self._draining = False
         self._admission = Admission()
         self.repository = ModelRepository(self, server, inference)
@@ -183,11 +184,10 @@ class Executor:
         await asyncio.gather(*(warm_up(node, report) for node in self.nodes.values() if node.settings.warmup))
         self.statistics.reset()  # the warmup runs are not the clients' (nothing is admitted before this)
         self._admission.open = True
-        if self.server_settings.start_online:
-            self.online()
+        self.traffic.start(self.server_settings.start_online)
         self.repository.start()
         dag = self.models.dag_settings.name
-        log.info("loaded models %s; dag %r; online=%s", list(self.nodes), dag, self._online)
+        log.info("loaded models %s; dag %r; online=%s", list(self.nodes), dag, self.traffic.online)
 
     async def drain(self, grace_s: float) -> bool:
         """Wait up to `grace_s` for in-flight requests to finish; True when none is left."""
@@ -201,7 +201,6 @@ class Executor:
         """Shutting down: readiness turns false for good (an `online` call no longer lifts it), while
         requests are still served."""
         self._draining = True
-        self._online = False
 
     @property
     def draining(self) -> bool:
@@ -223,10 +222,10 @@ class Executor:
     # -- health --------------------------------------------------------------------------------
     def online(self) -> None:
         if not self._draining:
-            self._online = True
+            self.traffic.set(True)
 
     def offline(self) -> None:
-        self._online = False
+        self.traffic.set(False)
 
     @property
     def is_loaded(self) -> bool:
@@ -236,7 +235,7 @@ class Executor:
         return True
 
     def is_ready(self) -> bool:
-        return self._admission.open and self._online
+        return self._admission.open and not self._draining and self.traffic.online
 
     @property
     def in_flight(self) -> int:
@@ -364,7 +363,7 @@ class Executor:
                 "grpc_port": iface.grpc_port,
             },
             "max_concurrency": self.server_settings.max_concurrency,
-            "online": self._online,
+            "online": self.traffic.online and not self._draining,
             "model_control": self.repository.mode,
             "models": list(self.nodes),
             "dag": _describe_dag(self.models),

@@ -23,7 +23,7 @@ import contextlib
 import dataclasses
 import logging
 import time
-from collections.abc import Collection, Mapping
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -111,6 +111,8 @@ class ModelRepository:
         self._retiring: list[ModelSet] = []  # replaced sets whose requests are still running
         self._lock = asyncio.Lock()  # one change at a time
         self._tasks: set[asyncio.Task[Any]] = set()
+        # A worker of several (grps_py/workers): hands load and unload to every worker, this one too.
+        self.everywhere: Callable[[dict[str, Any]], Awaitable[object]] | None = None
         self._stamps: dict[Path, _Stamp | None] = {}  # poll mode: the files as last applied
         self._unreadable: _Stamp | None = None  # poll mode: inference.yml as it was when it could not be read
 
@@ -169,6 +171,22 @@ class ModelRepository:
         ]
 
     # -- the repository API --------------------------------------------------------------------
+    async def request_load(self, name: str, config: Mapping[str, Any] | None = None) -> None:
+        """`load`, in every worker of the server (this one alone when it is the server)."""
+        self._check_explicit("load")
+        if self.everywhere is None:
+            await self.load(name, config)
+        else:
+            await self.everywhere({"op": "load", "name": name, "config": config})
+
+    async def request_unload(self, name: str, unload_dependents: bool = False) -> None:
+        """`unload`, in every worker of the server."""
+        self._check_explicit("unload")
+        if self.everywhere is None:
+            await self.unload(name, unload_dependents)
+        else:
+            await self.everywhere({"op": "unload", "name": name, "unload_dependents": unload_dependents})
+
     async def load(self, name: str, config: Mapping[str, Any] | None = None) -> None:
         """Load `name`, or reload it when it is served: from `config` (one model entry in inference.yml's
         format), else from inference.yml read again. Returns once the new version serves."""

@@ -104,14 +104,17 @@ def server_credentials(tls: TlsSettings, source: str) -> grpc.ServerCredentials:
     )
 
 
-def build_grpc_server(executor: Executor, settings: ServerSettings) -> tuple[grpc.aio.Server, int]:
-    """The server (not started) and the port it bound (the real one when configured as 0)."""
+def build_grpc_server(
+    executor: Executor, settings: ServerSettings, shared_port: bool = False
+) -> tuple[grpc.aio.Server, int]:
+    """The server (not started) and the port it bound (the real one when configured as 0). A port in
+    use is an error, unless `shared_port` (a worker of several: SO_REUSEPORT, as their HTTP)."""
     limit = grpc_message_limit(settings)
     server = grpc.aio.server(
         options=[
             ("grpc.max_send_message_length", limit),
             ("grpc.max_receive_message_length", limit),
-            ("grpc.so_reuseport", 0),
+            ("grpc.so_reuseport", 1 if shared_port else 0),
             # A connection with no RPC for this long is closed (GOAWAY; clients reconnect on their own).
             ("grpc.max_connection_idle_ms", max(1, round(settings.limits.idle_timeout_s * 1000))),
             # Which request encodings are accepted (see the module's docstring).

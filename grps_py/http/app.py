@@ -30,6 +30,7 @@ from grps_py.http.oip_statistics import StatisticsRoutes
 from grps_py.http.policy import POLICY_SETTING, HttpPolicy, http_policy
 from grps_py.lifecycle import INFERENCE
 from grps_py.metrics import ServerMetrics
+from grps_py.workers.group import WorkerGroup
 
 Route = tuple[str, type[tornado.web.RequestHandler], dict[str, Any]]
 
@@ -58,7 +59,13 @@ def custom_routes(executor: Executor, settings: ServerSettings) -> list[Route]:
 class HttpRoutes:
     """The routes of one server's HTTP port, built once from its settings, its executor and metrics."""
 
-    def __init__(self, executor: Executor, settings: ServerSettings, metrics: ServerMetrics) -> None:
+    def __init__(
+        self,
+        executor: Executor,
+        settings: ServerSettings,
+        metrics: ServerMetrics,
+        group: WorkerGroup | None = None,
+    ) -> None:
         self.executor = executor
         self.settings = settings
         self.policy: HttpPolicy = http_policy(settings)
@@ -75,7 +82,7 @@ class HttpRoutes:
         builtin: list[Route] = [
             *grps_stream_routes(executor, ctrl),
             *oip_stream_routes(executor, dataplane),
-            *monitor_routes(executor, metrics),
+            *monitor_routes(executor, metrics, group=group),
         ]
         custom = custom_routes(executor, settings)
         self._refuse_collisions(builtin, custom)

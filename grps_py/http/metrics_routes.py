@@ -26,6 +26,8 @@ from grps_py.core.executor import Executor
 from grps_py.http.base import BaseHandler, NotFoundHandler
 from grps_py.http.policy import POLICY_SETTING, HttpPolicy, http_policy
 from grps_py.metrics import WINDOWS, ServerMetrics
+from grps_py.workers.group import WorkerGroup
+from grps_py.workers.merge import WEIGHTED, merge_expositions, merge_series, merge_snapshots
 
 Route = tuple[str, type[tornado.web.RequestHandler], dict[str, Any]]
 DASHBOARD_DIR = Path(__file__).resolve().parent.parent / "dashboard"
@@ -73,12 +75,14 @@ class MonitorHandler(BaseHandler):
         executor: Executor,
         metrics: ServerMetrics | None = None,
         monitor: AppMonitor = app_monitor,
+        group: WorkerGroup | None = None,
         **_: Any,
     ) -> None:
         super().initialize(executor)
         assert metrics is not None, "the monitoring routes are built with the server's metrics"
         self.metrics = metrics
         self.monitor = monitor
+        self.group = group  # a worker of several: they answer for the whole server together
 
     def write_document(self, doc: Any) -> None:
         self.set_header("Cache-Control", "no-store")  # live data: a cached answer is a wrong answer
@@ -88,8 +92,11 @@ class MonitorHandler(BaseHandler):
 class PrometheusHandler(MonitorHandler):
     """GET /metrics: the Prometheus text exposition."""
 
-    def get(self) -> None:
+    async def get(self) -> None:
         body, content_type = self.metrics.exposition()
+        if self.group is not None:
+            texts = await self.group.ask_all({"op": "metrics"})
+            body = merge_expositions(texts) + self.group.exposition(len(texts))
         self.set_header("Content-Type", content_type)
         self.finish(body)
 
@@ -97,7 +104,7 @@ class PrometheusHandler(MonitorHandler):
 class SeriesHandler(MonitorHandler):
     """GET ?name=N (one series) or ?names=A,B,C (several, keyed by name: the page polls them each second)."""
 
-    def get(self) -> None:
+    async def get(self) -> None:
         model = self.get_query_argument("model", "")
         window = self.get_query_argument("window", "minute")
         names = self.get_query_argument("names", None)
@@ -105,23 +112,34 @@ class SeriesHandler(MonitorHandler):
             wanted = [name for name in (part.strip() for part in names.split(",")) if name]
             if not wanted:
                 raise InvalidInput("?names= needs at least one series name")
-            series = {name: self._series(name, model, window) for name in wanted}
+            series = {name: await self._series(name, model, window) for name in wanted}
             self.write_document({"model": model, "window": window, "series": series})
             return
         name = self.get_query_argument("name", None)
         if not name:
             raise InvalidInput(f"give ?name=SERIES (or ?names=A,B,C); see {MODELS} for the names")
-        series = self._series(name, model, window)
+        series = await self._series(name, model, window)
         self.write_document({**series, **grps_form(series)})
 
-    def _series(self, name: str, model: str, window: str) -> dict[str, Any]:
-        """ServerMetrics words its own errors (naming what exists); they become 404 and 400 here."""
-        try:
-            return series_of(self.metrics, self.monitor, name, model, window)
-        except KeyError as exc:
-            raise ModelNotFound(str(exc.args[0]) if exc.args else f"unknown series {name!r}") from None
-        except ValueError as exc:
-            raise InvalidInput(str(exc)) from None
+    async def _series(self, name: str, model: str, window: str) -> dict[str, Any]:
+        if self.group is None:
+            return checked_series(self.metrics, self.monitor, name, model, window)
+        request = {"op": "series", "name": name, "model": model, "window": window}
+        answers = await self.group.ask_all(request)
+        weights = await self.group.ask_all({**request, "name": "qps"}) if name in WEIGHTED else answers
+        return merge_series(name, answers, [w["points"] for w in weights])
+
+
+def checked_series(
+    metrics: ServerMetrics, monitor: AppMonitor, name: str, model: str, window: str
+) -> dict[str, Any]:
+    """`series_of`, its errors (naming what exists) as 404 and 400."""
+    try:
+        return series_of(metrics, monitor, name, model, window)
+    except KeyError as exc:
+        raise ModelNotFound(str(exc.args[0]) if exc.args else f"unknown series {name!r}") from None
+    except ValueError as exc:
+        raise InvalidInput(str(exc)) from None
 
 
 class ModelsHandler(MonitorHandler):
@@ -152,12 +170,19 @@ class SnapshotHandler(MonitorHandler):
     """GET: the latest value of every series, under grps's names (overall and per model); user metrics
     are in `overall` under their own names, as grps lists them beside its `*` metrics."""
 
-    def get(self) -> None:
-        snapshot = self.metrics.snapshot()
-        overall = snapshot["overall"]
-        for name, value in self.monitor.latest().items():
-            overall.setdefault(name, value)
-        self.write_document(snapshot)
+    async def get(self) -> None:
+        if self.group is not None:
+            self.write_document(merge_snapshots(await self.group.ask_all({"op": "snapshot"})))
+            return
+        self.write_document(local_snapshot(self.metrics, self.monitor))
+
+
+def local_snapshot(metrics: ServerMetrics, monitor: AppMonitor) -> dict[str, Any]:
+    snapshot = metrics.snapshot()
+    overall = snapshot["overall"]
+    for name, value in monitor.latest().items():
+        overall.setdefault(name, value)
+    return snapshot
 
 
 class DashboardHandler(BaseHandler):
@@ -184,10 +209,14 @@ def dashboard_page(directory: Path = DASHBOARD_DIR) -> bytes:
 
 
 def monitor_routes(
-    executor: Executor, metrics: ServerMetrics, monitor: AppMonitor = app_monitor
+    executor: Executor,
+    metrics: ServerMetrics,
+    monitor: AppMonitor = app_monitor,
+    group: WorkerGroup | None = None,
 ) -> list[Route]:
-    """The monitoring routes of the HTTP port (`monitor`: whose user metrics they show)."""
-    base: dict[str, Any] = {"executor": executor, "metrics": metrics, "monitor": monitor}
+    """The monitoring routes of the HTTP port (`monitor`: whose user metrics they show; `group`: the
+    workers they speak for, when this is one of several)."""
+    base: dict[str, Any] = {"executor": executor, "metrics": metrics, "monitor": monitor, "group": group}
     return [
         (r"/", DashboardHandler, {"executor": executor, "page": dashboard_page()}),
         (r"/metrics", PrometheusHandler, base),
@@ -198,12 +227,15 @@ def monitor_routes(
 
 
 def build_metrics_app(
-    executor: Executor, metrics: ServerMetrics, policy: HttpPolicy | None = None
+    executor: Executor,
+    metrics: ServerMetrics,
+    policy: HttpPolicy | None = None,
+    group: WorkerGroup | None = None,
 ) -> tornado.web.Application:
     """The application of the separate `metrics.port`: /metrics only, under `policy` (by default the
     server's own limits: its route is open)."""
     app = tornado.web.Application(
-        [(r"/metrics", PrometheusHandler, {"executor": executor, "metrics": metrics})],
+        [(r"/metrics", PrometheusHandler, {"executor": executor, "metrics": metrics, "group": group})],
         default_handler_class=NotFoundHandler,
         default_handler_args={"executor": executor},
         compress_response=False,
