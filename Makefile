@@ -3,7 +3,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install serve test lint typecheck pytest soak bench proto model clean
+.PHONY: install serve test lint typecheck pytest soak lbtest bench proto model clean
 
 install: $(STAMP)
 
@@ -33,6 +33,12 @@ test: lint typecheck pytest
 SOAK_S ?= 600
 soak: $(STAMP)
 	$(BIN)/python scripts/soak.py --seconds $(SOAK_S)
+
+# 3 replicas of the bundled project behind HAProxy (Debian's package, installed with apt-get when missing:
+# run as root) under steady HTTP and gRPC load: one replica offline and online, a rolling restart, a
+# SIGKILL (scripts/lbtest.py). About a minute.
+lbtest: $(STAMP)
+	$(BIN)/python scripts/lbtest.py
 
 proto: $(STAMP)
 	$(BIN)/python scripts/gen_proto.py

@@ -14,7 +14,7 @@ import traceback
 from pathlib import Path
 from typing import Any, TextIO
 
-from grps_py import event_loop
+from grps_py import event_loop, model_dir
 from grps_py.codecs.grps_pb import GrpsMessageBridge
 from grps_py.core.config import MODEL_CONTROL_MODES, ServerSettings, parse_server_settings
 from grps_py.core.errors import ConfigError, ModelLoadError
@@ -32,7 +32,11 @@ from grps_py.workers.supervisor import GPU_ENV, Supervisor
 
 
 def add_parsers(commands: Any) -> None:
-    serve = commands.add_parser("serve", help="serve PROJECT_DIR (conf/server.yml, conf/inference.yml, src/)")
+    serve = commands.add_parser(
+        "serve",
+        help="serve PROJECT_DIR (conf/server.yml, conf/inference.yml, src/), or a model directory (no conf/: "
+        "one model.onnx or model.pt, maybe in a version directory 1/, as KServe mounts it at /mnt/models)",
+    )
     _project_arguments(serve)
     serve.add_argument(
         "--port", help='override interface.port: "HTTP" or "HTTP,GRPC" as in server.yml (0 picks a free port)'
@@ -76,6 +80,11 @@ def _project_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--inference-conf", type=Path, help="use this inference.yml instead of PROJECT_DIR/conf's"
     )
+    parser.add_argument(
+        "--model-name",
+        help="the name a model directory's model is served under (KServe passes the InferenceService's); "
+        "default: the directory's name. A project's models keep their own names",
+    )
 
 
 def terminal_progress(stream: TextIO) -> Progress | None:
@@ -92,19 +101,31 @@ def terminal_progress(stream: TextIO) -> Progress | None:
 def project_settings(args: argparse.Namespace) -> Project:
     """The project's settings, with what `serve`'s options (or their environment variables) override in
     server.yml: interface.port (`--port`, `--http-port`, `--grpc-port`), model_control, workers."""
-    project = load_project(args.project_dir, args.server_conf, args.inference_conf)
+    bare = serves_model_dir(args)
+    if bare:
+        project = model_dir.project(args.project_dir, args.model_name or args.project_dir.resolve().name)
+    else:
+        project = load_project(args.project_dir, args.server_conf, args.inference_conf)
+        if args.model_name:
+            logging.getLogger("grps_py.server").info(
+                "--model-name is for model directories: %s is a project, its models keep their names",
+                project.root,
+            )
     overrides = _server_overrides(args, project.server)
     if not overrides:
         return project
     path = args.server_conf or project.root / "conf" / "server.yml"
-    data: dict[str, Any] = read_yaml(path) or {}  # type: ignore[assignment]  # load_project checked it
+    if bare:
+        data: dict[str, Any] = model_dir.server_data()
+    else:
+        data = read_yaml(path) or {}  # type: ignore[assignment]  # load_project checked it
     for key, (value, _) in overrides.items():
         if key == "port":
             data = {**data, "interface": {**(data.get("interface") or {}), "port": value}}
         else:
             data = {**data, key: value}
     said = ", ".join(origin for _, origin in overrides.values())
-    server = parse_server_settings(data, f"{path} ({said})", project.root)
+    server = parse_server_settings(data, f"{project.server.source} ({said})", project.root)
     return dataclasses.replace(project, server=server)
 
 
@@ -144,6 +165,12 @@ def _option(args: argparse.Namespace, name: str, env: str) -> str | None:
 def _int_or_text(text: str) -> int | str:
     """A number as YAML would read it (`--workers 4`), else the text (`auto`, or a value refused)."""
     return int(text) if text.strip().isdigit() else text
+
+
+def serves_model_dir(args: argparse.Namespace) -> bool:
+    """PROJECT_DIR is a model directory (grps_py/model_dir.py) when it has no conf/ and no config is given."""
+    configs = (args.server_conf, args.inference_conf)
+    return configs == (None, None) and model_dir.is_model_dir(args.project_dir)
 
 
 def run_serve(args: argparse.Namespace) -> int:
@@ -264,6 +291,7 @@ def _worker_argv(args: argparse.Namespace) -> list[str]:
         ("--server-conf", args.server_conf),
         ("--inference-conf", args.inference_conf),
         ("--model-control", args.model_control),
+        ("--model-name", args.model_name),  # a model directory's workers serve it under the same name
     ):
         if value is not None:
             argv += [option, str(value)]

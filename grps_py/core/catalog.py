@@ -145,7 +145,11 @@ class Catalog:
         if dag is None:
             pass
         elif dag.name in self._versions:
-            log.warning("dag.name %r is also a model's name: OIP serves the model under that name", dag.name)
+            # A DAG of that model alone (a model directory's, grps_py/model_dir.py) hides nothing.
+            if [node.settings.name for node in dag.nodes] != [dag.name]:
+                log.warning(
+                    "dag.name %r is also a model's name: OIP serves the model under that name", dag.name
+                )
         else:
             self._versions[dag.name] = [DAG_VERSION]
 

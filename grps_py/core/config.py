@@ -313,10 +313,22 @@ MAX_WORKERS = 256
 
 
 def usable_cores() -> int:
-    """The cores this process may run on (its CPU affinity, as a container's cpuset sets it)."""
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
+    """The cores this process may use: its CPU affinity (a container's cpuset), and no more than its
+    cgroup's CPU quota allows (a Kubernetes CPU limit), rounded up."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    quota = _cgroup_cpu_quota()
+    return max(1, min(cores, quota)) if quota else cores
+
+
+def _cgroup_cpu_quota(path: Path = Path("/sys/fs/cgroup/cpu.max")) -> int | None:
+    """cgroup v2's `cpu.max` ("QUOTA PERIOD", or "max PERIOD" for none) as whole cores; None: no limit."""
+    try:
+        quota, period = path.read_text().split()[:2]
+    except (OSError, ValueError):
+        return None
+    if quota == "max" or not quota.isdigit() or not period.isdigit() or int(period) == 0:
+        return None
+    return -(-int(quota) // int(period))
 
 
 def _parse_workers(fields: Fields) -> int:

