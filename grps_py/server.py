@@ -84,7 +84,7 @@ class GrpsServer:
                 await self._listen()
             await self._start_models(on_progress)
             if self.group is not None:
-                peers = PeerRequests(self)
+                peers = PeerRequests(self.metrics, self.executor.repository)
                 await self.group.replay(peers.answer)  # what the group loaded or unloaded before
                 await self._listen()
                 await self.group.serve(peers.answer)

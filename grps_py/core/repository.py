@@ -25,7 +25,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Collection, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from grps_py.core.config import (
     DagSettings,
@@ -39,11 +39,10 @@ from grps_py.core.errors import ConfigError, InvalidInput, ModelLoadError, Model
 from grps_py.core.memory import release_memory
 from grps_py.core.model_set import ModelSet
 from grps_py.core.node import ModelNode
+from grps_py.core.observer import SchedulerObserver
+from grps_py.core.types import MessageBridge
 from grps_py.core.untrusted import shown
 from grps_py.core.warmup import Progress, no_progress, warm_up
-
-if TYPE_CHECKING:
-    from grps_py.core.executor import Executor
 
 log = logging.getLogger("grps_py.repository")
 
@@ -93,10 +92,23 @@ def model_files(settings: ModelSettings) -> list[Path]:
     return [path for path in paths if path is not None]
 
 
+class ModelHost(Protocol):
+    """What the repository changes: the executor's model set, and how it makes and installs one."""
+
+    models: ModelSet
+    inference_settings: InferenceSettings
+    bridge: MessageBridge
+    observer: SchedulerObserver
+
+    def make_node(self, settings: ModelSettings, fresh: bool = False) -> ModelNode: ...
+
+    def install(self, models: ModelSet) -> None: ...
+
+
 class ModelRepository:
     """The executor's models over time: who may change them, every version's state, the changes."""
 
-    def __init__(self, executor: Executor, server: ServerSettings, inference: InferenceSettings) -> None:
+    def __init__(self, executor: ModelHost, server: ServerSettings, inference: InferenceSettings) -> None:
         self._executor = executor
         self.mode = server.model_control
         self._poll_s = server.repository_poll_s

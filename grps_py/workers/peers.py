@@ -4,26 +4,26 @@ repository operations one of them was asked for, applied here too."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from grps_py.app_metrics import app_monitor
 from grps_py.core.errors import InvalidInput
+from grps_py.core.repository import ModelRepository
 from grps_py.core.untrusted import shown
 from grps_py.http.metrics_routes import checked_series, local_snapshot
-
-if TYPE_CHECKING:
-    from grps_py.server import GrpsServer
+from grps_py.metrics import ServerMetrics
 
 
 class PeerRequests:
     """Answers one worker's request to this one: `{"op": ..., ...}` -> a JSON-able body."""
 
-    def __init__(self, server: GrpsServer) -> None:
-        self.server = server
+    def __init__(self, metrics: ServerMetrics, repository: ModelRepository) -> None:
+        self.metrics = metrics
+        self.repository = repository
 
     async def answer(self, request: dict[str, Any]) -> Any:
         op = request.get("op")
-        metrics = self.server.metrics
+        metrics = self.metrics
         if op == "metrics":
             return metrics.exposition()[0].decode()
         if op == "series":
@@ -32,7 +32,7 @@ class PeerRequests:
             )
         if op == "snapshot":
             return local_snapshot(metrics, app_monitor)
-        repository = self.server.executor.repository
+        repository = self.repository
         if op == "load":
             await repository.load(str(request["name"]), request.get("config"))
             return None
