@@ -31,6 +31,7 @@ if TYPE_CHECKING:
         inferer_register,
     )
     from grps_py.core.types import Payload, Tensor
+    from grps_py.generation.api import GenerativeModel, Tokenizer, generative_register
     from grps_py.protos.grps_pb2 import (
         DataType,
         EmptyGrpsMessage,
@@ -62,6 +63,9 @@ _EXPORTS: dict[str, str] = {
     "inferer_register": "grps_py.core.model",
     "Payload": "grps_py.core.types",
     "Tensor": "grps_py.core.types",
+    "GenerativeModel": "grps_py.generation.api",
+    "Tokenizer": "grps_py.generation.api",
+    "generative_register": "grps_py.generation.api",
     "DataType": "grps_py.protos.grps_pb2",
     "EmptyGrpsMessage": "grps_py.protos.grps_pb2",
     "GenericMapData": "grps_py.protos.grps_pb2",
@@ -77,6 +81,7 @@ __all__ = [
     "Converter",
     "DataType",
     "EmptyGrpsMessage",
+    "GenerativeModel",
     "GenericMapData",
     "GenericTensor",
     "GenericTensorData",
@@ -95,8 +100,10 @@ __all__ = [
     "Payload",
     "Status",
     "Tensor",
+    "Tokenizer",
     "__version__",
     "converter_register",
+    "generative_register",
     "inferer_register",
 ]
 

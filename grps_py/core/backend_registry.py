@@ -24,6 +24,7 @@ class BackendSpec:
     default_converter: str = "none"  # the converter_type of a model whose config names none
     loader: str | None = None  # "module:callable" making the inferer; None: registered by user code
     refusal: str | None = None  # a grps inferer_type grps-py does not run: why, after the type's name
+    generative: bool = False  # a GenerativeModel (grps_py/generation) run by a continuous batcher
 
     @property
     def supported(self) -> bool:
@@ -62,6 +63,10 @@ BACKENDS: tuple[BackendSpec, ...] = (
         loader="grps_py.backends.onnxruntime:OnnxInferer",
     ),
     BackendSpec(CUSTOMIZED, platform="python", backend="python", default_converter="none"),
+    # Registered by name as customized inferers are; its node wraps it (generation/inferer.py).
+    BackendSpec(
+        "generative", platform="python", backend="python", default_converter="numpy", generative=True
+    ),
     BackendSpec("tensorrt", platform="tensorrt_plan", backend="tensorrt", refusal=_NOT_SUPPORTED),
     BackendSpec("tensorflow", platform="tensorflow_savedmodel", backend="tensorflow", refusal=_NOT_SUPPORTED),
 )

@@ -9,13 +9,23 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from grps_py.core import backend_registry
 from grps_py.core.backend_registry import CONVERTER_TYPES, CUSTOMIZED, INFERER_TYPES
 from grps_py.core.datatypes import DATATYPE_NAMES
+from grps_py.core.generation_config import (
+    GENERATION_KEYS,
+    OPENAI_KEYS,
+    SERVER_OPENAI_KEYS,
+    GenerationSettings,
+    OpenAISettings,
+    parse_generation,
+    parse_openai,
+    parse_openai_prefix,
+)
 from grps_py.core.protection import (
     LIMITS_KEYS,
     SECURITY_KEYS,
@@ -120,6 +130,7 @@ class ServerSettings:
     repository_poll_s: float = 5.0
     # Worker processes sharing the ports (grps_py/workers): 1 serves in this process.
     workers: int = 1
+    openai_prefix: str = ""  # the OpenAI-compatible routes' path prefix (KServe's: /openai)
     source: str = "<server.yml>"
 
 
@@ -171,6 +182,8 @@ class ModelSettings:
     # what OIP's model config tells clients, so that they call it over a stream.
     streaming: bool = False
     sequence_batching: SequenceSettings | None = None  # a stateful model's sequences (core/sequence.py)
+    generation: GenerationSettings | None = None  # inferer_type generative: its continuous batching
+    openai: OpenAISettings | None = None  # served by the OpenAI-compatible routes under this name
     index: int = 0  # position in `models`, for error messages
 
     @property
@@ -216,6 +229,7 @@ _ADDED_SERVER_KEYS = (
     "model_control",
     "repository_poll_s",
     "workers",
+    "openai",
 )  # grps-py's additions to grps's keys
 _SERVER_KEYS = ("interface", "max_connections", "max_concurrency", "gpu", "log", *_ADDED_SERVER_KEYS)
 _INTERFACE_KEYS = ("framework", "host", "port", "customized_predict_http", "max_message_bytes")
@@ -251,6 +265,8 @@ _MODEL_KEYS = (
     "warmup",
     "streaming",
     "sequence_batching",
+    "generation",
+    "openai",
 )
 _WARMUP_KEYS = ("kind", "batch_size", "count", "file")
 _WARMUP_KINDS = ("zeros", "random", "file")
@@ -305,6 +321,7 @@ def parse_server_settings(data: object, source: str, project_dir: Path) -> Serve
         model_control=fields.opt_text("model_control", MODEL_CONTROL_MODES) or defaults.model_control,
         repository_poll_s=fields.number("repository_poll_s", defaults.repository_poll_s, MIN_POLL_S),
         workers=_parse_workers(fields),
+        openai_prefix=parse_openai_prefix(fields.section("openai", SERVER_OPENAI_KEYS)),
         source=source,
     )
 
@@ -480,6 +497,10 @@ def parse_inference_settings(data: object, source: str, project_dir: Path) -> In
     items = fields.items("models", _MODEL_KEYS)
     models = tuple(_parse_model(item, i, project_dir) for i, item in enumerate(items))
     check_unique(source, [(f"models[{i}]", model.key) for i, model in enumerate(models)], "name-version")
+    served = [
+        (f"models[{i}].openai.served_name", m.openai.served_name) for i, m in enumerate(models) if m.openai
+    ]
+    check_unique(source, served, "served_name")
     if fields.get("dag") is None:
         fields.missing("dag", "a mapping with keys " + ", ".join(_DAG_KEYS))
     dag = _parse_dag(fields.section("dag", _DAG_KEYS), tuple(model.key for model in models))
@@ -526,6 +547,12 @@ def _parse_model(fields: Fields, index: int, project_dir: Path) -> ModelSettings
         **_parse_scheduling(fields, project_dir),
         index=index,
     )
+    if backend_registry.backend(inferer_type).generative:
+        settings = _generative(fields, settings)
+    else:
+        for key in ("generation", "openai"):
+            if fields.get(key) is not None:
+                fields.fail(key, fields.get(key), f"no {key} block (it is for inferer_type: generative)")
     sequences = settings.sequence_batching
     if sequences is not None:
         declared = {spec.name for spec in settings.inputs}
@@ -537,6 +564,27 @@ def _parse_model(fields: Fields, index: int, project_dir: Path) -> ModelSettings
                     "control tensor names that are not declared inputs (the server adds them)",
                 )
     return settings
+
+
+def _generative(fields: Fields, settings: ModelSettings) -> ModelSettings:
+    """A generative model: one instance whose continuous batcher is its concurrency, streaming."""
+    refusals = (
+        ("instances", settings.instances != 1, "1 (a generative model's batcher runs its sequences)"),
+        ("devices", len(settings.devices) > 1, "at most one GPU index"),
+        ("batching", settings.batching.type != "none", "no dynamic batching (it batches every step)"),
+        ("converter_type", settings.converter_type is not None, "none (it takes prompts as they come)"),
+        ("sequence_batching", settings.sequence_batching is not None, "none"),
+    )
+    for key, refused, expected in refusals:
+        if refused:
+            fields.fail(key, fields.get(key), expected + " for inferer_type: generative")
+    openai = fields.get("openai")
+    return replace(
+        settings,
+        streaming=True,
+        generation=parse_generation(fields.section("generation", GENERATION_KEYS)),
+        openai=None if openai is None else parse_openai(fields.section("openai", OPENAI_KEYS), settings.name),
+    )
 
 
 def _parse_scheduling(fields: Fields, project_dir: Path) -> dict[str, Any]:

@@ -142,7 +142,9 @@ class InstanceDispatcher:
         for instance in self.instances:
             if not instance.hung and (best is None or instance.active < best.active):
                 best = instance
-        return best if best is not None and best.active < self.per_instance else None
+        if best is None or best.active >= max(self.per_instance, best.capacity):
+            return None
+        return best
 
     def may_start(self, instance: ModelInstance) -> bool:
         """A busy instance holds its slot already; an idle one needs a free one."""
@@ -159,7 +161,9 @@ class InstanceDispatcher:
         """Hand a batch (out of the queue) to an instance. On a busy instance's thread it is prefetched:
         it starts when the thread is done with the running one. `now` is the loop's time."""
         idle = instance.active == 0
-        dispatch = Dispatch(instance, batch, time.monotonic() if idle else None, holds_slot=idle)
+        # Async model code starts at once (a generative model runs `capacity` requests side by side).
+        started_at = time.monotonic() if idle or instance.is_async else None
+        dispatch = Dispatch(instance, batch, started_at, holds_slot=idle)
         for item in batch:
             item.run = dispatch
         instance.active += 1

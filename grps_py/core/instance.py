@@ -96,6 +96,8 @@ class ModelInstance:
         self.pool = InstanceThread(f"model-{key}-{index}")
         self.active = 0  # dispatched to this instance and not finished (running or next in its thread)
         self.hung = False  # running a batch past a request's deadline: it gets no new work meanwhile
+        # Requests it runs side by side: 1, or a generative model's running sequences (its node sets it).
+        self.capacity = 1
         # grps's batch contract (the converter merges and splits): a batching model then runs even a
         # lone request through the batch methods, as grps does.
         self.batches_whole = _overrides(converter, Converter, "batch_preprocess")

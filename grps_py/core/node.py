@@ -33,6 +33,9 @@ from grps_py.core.sequence import Sequence as ModelSequence
 from grps_py.core.signature import DeclaredInputs, TensorSpec, name_outputs
 from grps_py.core.statistics import InferenceStats, Timed
 from grps_py.core.types import MessageBridge, Payload, PayloadKind, Tensor
+from grps_py.generation.api import generative_register
+from grps_py.generation.inferer import GenerativeInferer
+from grps_py.generation.report import GenerationReport
 
 log = logging.getLogger("grps_py.model")
 _MAX_ERROR_CHARS = 300  # of an exception's message
@@ -141,6 +144,7 @@ class ModelNode:
         # A node loaded after start-up (`fresh`) gets its own objects in place of registered ones, one
         # per registered object (shared by its instances, as the registered one would be).
         self._renewed: dict[int, Any] | None = {} if fresh else None
+        self._observer = observer
         self.instances = [
             self._make_instance(i, device) for i, device in enumerate(instance_devices(settings))
         ]
@@ -150,7 +154,6 @@ class ModelNode:
         tensors_only = backend_registry.converter(settings.inferer_type, settings.converter_type).tensors_only
         self._inputs = DeclaredInputs(settings.inputs, tensors_only) if settings.inputs else None
         self._outputs = {spec.name: spec for spec in settings.outputs}
-        self._observer = observer
         if settings.batching.type == "dynamic" and not self.scheduler.batching:
             log.warning("model '%s': async model code is not batched; serving requests one by one", self.key)
         self.loaded = False
@@ -159,14 +162,24 @@ class ModelNode:
 
     def _make_instance(self, index: int, device: str) -> ModelInstance:
         """Built-in inferers and converters get one object per instance; registered ones are shared."""
+        if backend_registry.backend(self.settings.inferer_type).generative:
+            inferer: ModelInferer = self._generative()
+        else:
+            inferer = self._own(*_resolve_inferer(self.settings))
         return ModelInstance(
             self.key,
             index,
             device,
-            self._own(*_resolve_inferer(self.settings)),
+            inferer,
             self._own(*_resolve_converter(self.settings)),
             self.converter_output,
         )
+
+    def _generative(self) -> GenerativeInferer:
+        """A generative model's inferer: the registered GenerativeModel behind a continuous batcher."""
+        registered = self._own(_registered(generative_register, self.settings.inferer_name, self.key), True)
+        report = GenerationReport(self._observer, self.key, lambda: self.scheduler.depth)
+        return GenerativeInferer(registered, self.settings, report)
 
     def _own(self, instance: R, registered: bool) -> R:
         if not registered or self._renewed is None:
@@ -235,6 +248,9 @@ class ModelNode:
             raise ModelLoadError(
                 public_failure(self.key, exc).replace("failed", "failed to load", 1)
             ) from exc
+        for instance in self.instances:
+            if isinstance(instance.inferer, GenerativeInferer):  # its sequences run side by side
+                instance.capacity = instance.inferer.concurrent_requests
         self.loaded = True
 
     def _load(self, instance: ModelInstance, loaded: set[int]) -> None:
@@ -309,6 +325,8 @@ class ModelNode:
         if self.sequences is not None:
             self.sequences.close()
         for instance in self.instances:
+            if isinstance(instance.inferer, GenerativeInferer):
+                instance.inferer.close()
             instance.close()
 
     # -- payload <-> what the converter speaks -------------------------------------------------

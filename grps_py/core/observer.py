@@ -52,6 +52,20 @@ class SchedulerObserver(Protocol):
         """The model keys served now (and those still finishing requests), each with its (model,
         version) labels: export these; stop exporting any other."""
 
+    # A generative model's continuous batcher (grps_py/generation) reports per token.
+    def first_token(self, model: str, seconds: float) -> None:
+        """A sequence's first token came, `seconds` after its request reached the model."""
+
+    def token_gap(self, model: str, seconds: float) -> None:
+        """A sequence's next token came, `seconds` after its previous one (inter-token latency)."""
+
+    def tokens_generated(self, model: str, count: int) -> None:
+        """One model step produced `count` tokens (one per sequence in it)."""
+
+    def sequences(self, model: str, running: int, waiting: int) -> None:
+        """The model's sequences now: generating, and waiting for a slot (in the model's queue or its
+        batcher's)."""
+
 
 class Recent:
     """The last `size` values of a series, in an array allocated up front: it takes the same memory
@@ -91,6 +105,8 @@ class ModelCounters:
     gpu_ooms: int = 0
     hung_instances: int = 0  # now
     hangs: int = 0  # since start
+    tokens: int = 0  # generated, since start (generative models)
+    running: int = 0  # sequences generating now
     # Rows per recent batch (queue and compute times are in the metrics' histograms, not kept here).
     batches: Recent = field(default_factory=lambda: Recent(_RECENT, "q"))
 
@@ -146,6 +162,18 @@ class ModelStats:
     def export_statistics(self, statistics: Statistics) -> None:
         pass  # the executor's own: it holds them already
 
+    def first_token(self, model: str, seconds: float) -> None:
+        pass  # latencies live in the metrics' histograms
+
+    def token_gap(self, model: str, seconds: float) -> None:
+        pass
+
+    def tokens_generated(self, model: str, count: int) -> None:
+        self._models[model].tokens += count
+
+    def sequences(self, model: str, running: int, waiting: int) -> None:
+        self._models[model].running = running
+
     def models_changed(self, labels: Mapping[str, tuple[str, str]]) -> None:
         """Forget the counters of every key not in `labels` (a late report for one starts it again)."""
         for model in [model for model in self._models if model not in labels]:
@@ -190,6 +218,22 @@ class FanOut:
         for observer in self._observers:
             observer.models_changed(labels)
 
+    def first_token(self, model: str, seconds: float) -> None:
+        for observer in self._observers:
+            observer.first_token(model, seconds)
+
+    def token_gap(self, model: str, seconds: float) -> None:
+        for observer in self._observers:
+            observer.token_gap(model, seconds)
+
+    def tokens_generated(self, model: str, count: int) -> None:
+        for observer in self._observers:
+            observer.tokens_generated(model, count)
+
+    def sequences(self, model: str, running: int, waiting: int) -> None:
+        for observer in self._observers:
+            observer.sequences(model, running, waiting)
+
 
 def summary(counters: ModelCounters) -> dict[str, Any]:
     """The counters as plain values (for metadata answers): totals, drops, recent batch sizes."""
@@ -203,6 +247,8 @@ def summary(counters: ModelCounters) -> dict[str, Any]:
         "gpu_ooms": counters.gpu_ooms,
         "hung_instances": counters.hung_instances,
         "hangs": counters.hangs,
+        "tokens_generated": counters.tokens,
+        "sequences_running": counters.running,
         "recent_batch_rows": {
             "count": len(recent),
             "mean": round(sum(recent) / len(recent), 2) if recent else 0,

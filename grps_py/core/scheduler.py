@@ -71,8 +71,9 @@ class ModelScheduler:
         several instances, is not counted: it is as good as running)."""
         waiting = len(self._pending)
         for instance in self.instances:  # a loop, not sum(): this runs twice per request
-            if instance.active > 2:
-                waiting += instance.active - 2
+            running = max(2, instance.capacity)
+            if instance.active > running:
+                waiting += instance.active - running
         return waiting
 
     # -- admission -----------------------------------------------------------------------------
@@ -149,6 +150,8 @@ class ModelScheduler:
         dispatch = item.run
         if dispatch is None:
             return  # answered already
+        if dispatch.instance.capacity > 1:
+            return  # a generative model ends a sequence at its deadline itself (finish_reason length)
         if not item.future.done():
             item.future.set_exception(
                 DeadlineExceeded(

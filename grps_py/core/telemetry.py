@@ -34,6 +34,7 @@ __all__ = [
     "NOT_FOUND",
     "OIP_GRPC",
     "OIP_HTTP",
+    "OPENAI_HTTP",
     "PROTOCOLS",
     "REASONS",
     "REJECTED",
@@ -47,7 +48,8 @@ __all__ = [
 # Protocol labels of inference requests; other HTTP routes (health, metadata, metrics) are "http",
 # other gRPC methods "grpc".
 GRPS_HTTP, GRPS_GRPC, OIP_HTTP, OIP_GRPC, CUSTOM = "grps-http", "grps-grpc", "oip-http", "oip-grpc", "custom"
-PROTOCOLS = (GRPS_HTTP, GRPS_GRPC, OIP_HTTP, OIP_GRPC, CUSTOM)
+OPENAI_HTTP = "openai-http"  # the OpenAI-compatible routes (/v1/chat/completions, ...)
+PROTOCOLS = (GRPS_HTTP, GRPS_GRPC, OIP_HTTP, OIP_GRPC, CUSTOM, OPENAI_HTTP)
 
 
 @dataclass

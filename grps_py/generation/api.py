@@ -16,6 +16,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from grps_py.core.model import Registry
+
 
 class Tokenizer(Protocol):
     eos_id: int | None
@@ -34,6 +36,8 @@ class GenerationRequest:
     top_p: float = 1.0
     seed: int | None = None
     stop: tuple[str, ...] = ()
+    # Seconds it may take from now: at its deadline it ends as if it reached max_tokens ("length").
+    timeout_s: float | None = None
 
 
 class GenerativeModel(ABC):
@@ -68,3 +72,8 @@ class GenerativeModel(ABC):
 
     def embed(self, ids: Sequence[Sequence[int]]) -> np.ndarray[Any, Any]:
         raise NotImplementedError(f"{type(self).__name__} makes no embeddings")
+
+
+# The generative models a project's src/ registers by name (`inferer_name` of `inferer_type: generative`):
+#     generative_register.register("tiny_gpt", TinyGpt())
+generative_register: Registry[GenerativeModel] = Registry("inferer")

@@ -125,6 +125,7 @@ class _Sequence:
     sampling: Sampling
     detokenizer: IncrementalDetokenizer
     queued_at: float
+    deadline: float = math.inf  # the loop's time at which it ends with LENGTH
     slot: int = -1
     last_token: int = -1
     generated: int = 0  # tokens in the output (eos excluded)
@@ -245,6 +246,8 @@ class ContinuousBatcher:
             IncrementalDetokenizer(self.model.tokenizer, request.prompt_ids, request.stop),
             loop.time(),
         )
+        if request.timeout_s is not None:
+            sequence.deadline = sequence.queued_at + request.timeout_s
         self._waiting.append(sequence)
         self.observer.waiting(len(self._waiting))
         self._wake.set()
@@ -288,12 +291,15 @@ class ContinuousBatcher:
             await self._run(decoding, prefill=False)
 
     async def _retire_gone(self) -> None:
-        for sequence in [s for s in self._waiting if s.gone()]:
+        """End the sequences whose client went away (CANCELLED) or whose time ran out (LENGTH, with
+        the text held back for a possible stop string)."""
+        now = asyncio.get_running_loop().time()
+        for sequence in [s for s in self._waiting if s.gone() or s.deadline <= now]:
             self._leave_queue(sequence)
-            sequence.deliver(TokenEvent("", (), CANCELLED))
-        gone = [s for s in self._running.values() if s.gone()]
-        if gone:
-            await self._retire([(s, TokenEvent("", (), CANCELLED)) for s in gone])
+            sequence.deliver(_ended(sequence))
+        ended = [(s, _ended(s)) for s in self._running.values() if s.gone() or s.deadline <= now]
+        if ended:
+            await self._retire(ended)
 
     def _admit(self) -> list[_Sequence]:
         admitted: list[_Sequence] = []
@@ -413,6 +419,17 @@ class ContinuousBatcher:
             except Exception:  # the slot is reused anyway: the next prefill overwrites its state
                 log.exception("the model failed to release slot %d", slot)
 
+    async def call_model(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """Run another of the model's methods (its embeddings) on the model thread, between steps."""
+        if self._closed:
+            raise ModelNotReady("the model is shutting down")
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self._thread, partial(fn, *args))
+        except GrpsError:
+            raise
+        except Exception as exc:
+            raise _model_error(exc) from exc
+
     # -- shutdown --------------------------------------------------------------------------------
     def close(self) -> None:
         """Stop the loop; every waiting and running sequence ends with ModelNotReady (the model is
@@ -441,11 +458,19 @@ class ContinuousBatcher:
         await asyncio.to_thread(self._thread.shutdown, wait=True)
 
 
+def _ended(sequence: _Sequence) -> TokenEvent:
+    if sequence.gone():
+        return TokenEvent("", (), CANCELLED)
+    return TokenEvent(sequence.detokenizer.finish(), (), LENGTH)  # its time ran out
+
+
 def _check(request: GenerationRequest, vocab_size: int) -> None:
     if not request.prompt_ids:
         raise InvalidInput("the prompt is empty")
     if min(request.prompt_ids) < 0 or max(request.prompt_ids) >= vocab_size:
         raise InvalidInput(f"the prompt holds a token id outside the vocabulary (0 to {vocab_size - 1})")
+    if request.timeout_s is not None and not request.timeout_s >= 0:
+        raise InvalidInput(f"the timeout must be 0 s or more, not {request.timeout_s}")
     if request.max_tokens < 1:
         raise InvalidInput(f"max_tokens must be at least 1, not {request.max_tokens}")
     if not 0 <= request.temperature < math.inf:  # NaN fails too

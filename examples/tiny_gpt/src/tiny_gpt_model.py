@@ -6,7 +6,7 @@ one token in one batched step, `release` frees a slot. Every sequence starts wit
 token, as every document did in training. A sequence that fills the context (256 positions) keeps
 going: its slot is refilled from the last half of its text and the step goes on from there.
 
-Not registered with the server yet: the `inferer_type: generative` wiring comes later.
+Registered as `tiny_gpt` (conf/inference.yml: `inferer_type: generative`, `inferer_name: tiny_gpt`).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from tiny_gpt_tokenizer import ByteTokenizer
 from tiny_gpt_training import WEIGHTS, TrainingPlan, train
 
 from grps_py.backends.devices import normalize_device
-from grps_py.generation.api import GenerativeModel
+from grps_py.generation.api import GenerativeModel, generative_register
 
 logger = logging.getLogger(__name__)
 
@@ -177,3 +177,6 @@ class TinyGpt(GenerativeModel):
     def _check_distinct(slots: Sequence[int]) -> None:
         if len(set(slots)) != len(slots):
             raise ValueError("a slot appears twice in one call")
+
+
+generative_register.register("tiny_gpt", TinyGpt())
