@@ -38,6 +38,7 @@ class GenerationRequest:
     stop: tuple[str, ...] = ()
     # Seconds it may take from now: at its deadline it ends as if it reached max_tokens ("length").
     timeout_s: float | None = None
+    ignore_eos: bool = False  # generate max_tokens whatever the model says (benchmarks, tests)
 
 
 class GenerativeModel(ABC):

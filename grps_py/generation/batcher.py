@@ -242,7 +242,12 @@ class ContinuousBatcher:
         sequence = _Sequence(
             request,
             cancelled,
-            Sampling(request.temperature, request.top_p, _generator(request.seed)),
+            Sampling(
+                request.temperature,
+                request.top_p,
+                _generator(request.seed),
+                self.model.tokenizer.eos_id if request.ignore_eos else None,
+            ),
             IncrementalDetokenizer(self.model.tokenizer, request.prompt_ids, request.stop),
             loop.time(),
         )

@@ -23,7 +23,7 @@ from grps_py.generation.batcher import MAX_STOP_CHARS, MAX_STOP_STRINGS
 TEXT_INPUT = "text_input"
 INPUT_IDS = "input_ids"
 TASKS = ("generate", "embed")
-_OPTIONS = ("max_tokens", "temperature", "top_p", "seed", "stop", "task")
+_OPTIONS = ("max_tokens", "temperature", "top_p", "seed", "stop", "task", "ignore_eos")
 _MAX_TEMPERATURE = 100.0
 
 
@@ -81,7 +81,15 @@ def sampling_options(
         seed=_integer(options, "seed", -(2**63), 2**64 - 1),
         stop=_stop(options.get("stop")),
         timeout_s=timeout_s,
+        ignore_eos=_flag(options, "ignore_eos"),
     )
+
+
+def _flag(options: Mapping[str, Any], key: str) -> bool:
+    value = options.get(key, False)
+    if isinstance(value, int | np.integer) and value in (0, 1):  # grps maps carry flags as integers
+        return bool(value)
+    raise InvalidInput(f"parameter '{key}' must be true or false, not {shown(value)}")
 
 
 def _ids(array: Any) -> list[int]:

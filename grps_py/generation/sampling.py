@@ -24,6 +24,7 @@ class Sampling:
     temperature: float
     top_p: float
     rng: np.random.Generator
+    banned: int | None = None  # a token it never draws (the eos of a request that ignores it)
 
 
 def sample_tokens(logits: np.ndarray[Any, Any], rows: Sequence[Sampling]) -> list[int]:
@@ -33,6 +34,11 @@ def sample_tokens(logits: np.ndarray[Any, Any], rows: Sequence[Sampling]) -> lis
         raise ValueError(f"logits of shape {values.shape}; expected ({len(rows)}, vocab)")
     if values.dtype != np.float64:
         values = values.astype(np.float32, copy=False)  # integers, float16: exp() wants a wider type
+    banned = [(i, row.banned) for i, row in enumerate(rows) if row.banned is not None]
+    if banned:
+        values = values.copy()  # the model's own array stays as it was
+        for i, token in banned:
+            values[i, token] = -np.inf
     greedy = np.argmax(values, axis=1)  # the rows sampled greedily keep these
     broken = np.flatnonzero(np.isnan(values[np.arange(len(rows)), greedy]))  # argmax stops at a NaN
     for row in broken:
