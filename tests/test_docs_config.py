@@ -36,6 +36,7 @@ from grps_py.core.config import (
     parse_inference_settings,
     parse_server_settings,
 )
+from grps_py.core.generation_config import GENERATION_KEYS, OPENAI_KEYS, SERVER_OPENAI_KEYS
 from grps_py.core.protection import LIMITS_KEYS, SECURITY_KEYS, TLS_KEYS
 from grps_py.core.sequence import CONTROL_KINDS, SEQUENCE_KEYS
 from grps_py.core.yaml_fields import Fields
@@ -55,6 +56,7 @@ SERVER: Sections = {
     "limits": LIMITS_KEYS,
     "security": SECURITY_KEYS,
     "tls": TLS_KEYS,
+    "openai": SERVER_OPENAI_KEYS,
 }
 INFERENCE: Sections = {
     "": _INFERENCE_KEYS,
@@ -63,6 +65,8 @@ INFERENCE: Sections = {
     "models[].warmup": _WARMUP_KEYS,
     "models[].sequence_batching": SEQUENCE_KEYS,
     "models[].sequence_batching.control_inputs": CONTROL_KINDS,
+    "models[].generation": GENERATION_KEYS,
+    "models[].openai": OPENAI_KEYS,
     "models[].inputs[]": _TENSOR_KEYS,
     "models[].outputs[]": _TENSOR_KEYS,
     "dag": _DAG_KEYS,

@@ -37,6 +37,7 @@ NAMES = (
     "custom_http_sse",
     "dag_graph",
     "sequence_accumulator",
+    "tiny_gpt",
 )
 
 
@@ -535,3 +536,15 @@ def test_sequence_accumulator_client(examples: Examples) -> None:
     assert out.count("inputs [100, -50, 25, 5] -> running sums [100, 50, 75, 80]") == 2
     assert "sequence 101 after its end: error 400: " in out
     assert "(one ModelStreamInfer stream, interleaved):" in out
+
+
+# --- tiny_gpt -------------------------------------------------------------------------------------
+
+
+def test_tiny_gpt_client(examples: Examples) -> None:
+    out = run_client(examples.get("tiny_gpt"), "tiny_gpt")
+    assert "models: ['tiny-gpt']" in out
+    assert "chat (streamed) 'What is continuous batching?' -> Continuous batching lets sequences join" in out
+    assert "usage: " in out and "embeddings: 2 vectors of 128 floats" in out
+    assert "oip generate_stream -> Continuous batching lets sequences join" in out
+    assert "grps http PredictStreaming" in out and "grps grpc PredictStreaming" in out

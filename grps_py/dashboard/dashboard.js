@@ -17,8 +17,17 @@ const BASE_CHARTS = [
   { name: "cpu_usage(%)", title: "CPU", unit: "%" },
   { name: "mem_usage(%)", title: "Memory", unit: "%" },
 ];
+// Generative models' charts: on the page only while their series have data in the window shown (some
+// model generates, or the model chosen does); they follow the base charts.
+const GENERATION_CHARTS = [
+  { name: "tokens_per_s", title: "Tokens generated", unit: "tokens/s" },
+  { name: "ttft_cdf(ms)", title: "Time to first token", unit: "ms", keys: ["p50", "p90", "p99"] },
+  { name: "inter_token_cdf(ms)", title: "Inter-token", unit: "ms", keys: ["p50", "p90", "p99"] },
+  { name: "running_sequences", title: "Running sequences", unit: "" },
+  { name: "waiting_sequences", title: "Waiting sequences", unit: "" },
+];
 
-const state = { meta: null, charts: [], model: "", window: "minute", busy: false };
+const state = { meta: null, charts: [], generation: null, model: "", window: "minute", busy: false };
 const $ = (id) => document.getElementById(id);
 
 function el(tag, attrs, text) {
@@ -62,7 +71,7 @@ function lines(chart, points) {
   }));
 }
 
-function makeChart(spec) {
+function makeChart(spec, parent) {
   const card = document.createElement("section");
   card.className = "card";
   const h2 = document.createElement("h2");
@@ -87,8 +96,8 @@ function makeChart(spec) {
     });
     card.appendChild(legend);
   }
-  $("charts").appendChild(card);
-  return { ...spec, svg, scope, last };
+  (parent || $("charts")).appendChild(card);
+  return { ...spec, card, svg, scope, last };
 }
 
 function draw(chart, series) {
@@ -153,7 +162,9 @@ async function loadMeta() {
   }
   if (!meta.models.includes(state.model)) state.model = "";
   select.value = state.model;
-  const specs = BASE_CHARTS.filter((c) => meta.names.includes(c.name));
+  const base = BASE_CHARTS.filter((c) => meta.names.includes(c.name));
+  const generation = GENERATION_CHARTS.filter((c) => meta.names.includes(c.name));
+  const specs = []; // after those: every GPU's, then the user metrics'
   for (const name of meta.names) {
     const m = /^gpu(\d+)_(mem_)?usage\((%|MIB)\)$/.exec(name);
     if (m) specs.push({ name, title: `GPU ${m[1]} ${m[2] ? "memory" : "utilisation"}`, unit: m[2] ? "MiB" : "%" });
@@ -164,8 +175,38 @@ async function loadMeta() {
     const unit = kind === "inc" ? "per s" : kind;
     specs.push(kind === "cdf" ? { name, title: name, unit, keys: ["p50", "p90", "p99"] } : { name, title: name, unit });
   }
-  state.charts = specs.map(makeChart);
+  state.charts = base.map((spec) => makeChart(spec));
+  if (generation.length) {
+    state.generation = makeGroup(generation);
+    state.charts.push(...state.generation.charts);
+  }
+  state.charts.push(...specs.map((spec) => makeChart(spec)));
   state.meta = meta;
+}
+
+// The generation charts live in a group of their own (display: contents, so they sit in the grid as
+// the others do), filled only while they have something to show.
+function makeGroup(specs) {
+  const group = document.createElement("div");
+  group.className = "group";
+  $("charts").appendChild(group);
+  const charts = specs.map((spec) => makeChart(spec, group));
+  group.replaceChildren();
+  return { group, charts, shown: false };
+}
+
+function hasData(series) {
+  return !!series && (series.points || []).some((p) => p.v !== null && p.v !== undefined);
+}
+
+function showGeneration(got) {
+  const generation = state.generation;
+  if (!generation) return;
+  const shown = generation.charts.some((chart) => hasData(got[chart.name]));
+  if (shown !== generation.shown) {
+    generation.group.replaceChildren(...(shown ? generation.charts.map((chart) => chart.card) : []));
+    generation.shown = shown;
+  }
 }
 
 // One request a second for every chart. Server-wide series (process, GPU) asked for a model answer
@@ -181,6 +222,7 @@ async function refresh() {
   for (const chart of state.charts.filter((c) => c.name.includes(","))) {
     got[chart.name] = await getJSON("series?name=" + encodeURIComponent(chart.name) + query);
   }
+  showGeneration(got);
   for (const chart of state.charts) {
     const series = got[chart.name];
     chart.scope.textContent = state.model && series && series.model !== state.model ? "server" : "";

@@ -18,6 +18,7 @@ from grps_py.core import telemetry
 from grps_py.core.statistics import InferenceStats
 from grps_py.metrics.fast_counter import CounterFamily, FastCounter
 from grps_py.metrics.fast_histogram import HistogramFamily
+from grps_py.metrics.generation import GenerationFamilies, GenerationMetrics
 
 # Seconds, 0.5 ms .. 60 s: covers a fast ONNX model and a slow generation alike.
 DURATION_BUCKETS = (
@@ -109,6 +110,7 @@ class Families:
         self.hangs = Counter(
             "grps_instance_hangs", "Times an instance ran a request past its deadline.", mv, registry=registry
         )
+        self.generation = GenerationFamilies(registry)  # generative models' own (generation.py)
 
 
 class ProtocolMetrics:
@@ -164,6 +166,7 @@ class ModelMetrics:
         "batch",
         "compute",
         "depth",
+        "generation",
         "gpu_oom",
         "hangs",
         "hung",
@@ -193,6 +196,14 @@ class ModelMetrics:
         self.hangs = families.hangs.labels(*labels)
         self.protocols = _ByProtocol(families, labels)
         self.rejections: dict[str, Counter] = {}
+        self.generation: GenerationMetrics | None = None  # made at the model's first token report
+
+    def generating(self) -> GenerationMetrics:
+        """The generation children, made the first time the model reports generating."""
+        children = self.generation
+        if children is None:
+            children = self.generation = GenerationMetrics(self._families.generation, self.labels)
+        return children
 
     def protocol(self, protocol: str) -> ProtocolMetrics:
         return self.protocols[protocol]
@@ -227,6 +238,7 @@ class ModelMetrics:
                 families.streamed.remove(*labels, protocol)
             for reason in self.rejections:
                 families.rejections.remove(*labels, reason)
+            families.generation.remove(labels)
         unexported = Families(CollectorRegistry())
         self._families = unexported
         self.protocols.move_to(unexported)

@@ -20,12 +20,15 @@ from grps_py.time_windows import Scope as _Scope
 __all__ = [
     "COUNT_SERIES",
     "CPU",
+    "GENERATION_SERIES",
     "MEM",
     "PERCENTILES",
     "REQUEST_SERIES",
     "WINDOWS",
     "WINDOW_BY_NAME",
     "Bucket",
+    "GenerationBucket",
+    "Latencies",
     "Ring",
     "Scope",
     "ValueOf",
@@ -58,12 +61,89 @@ def index_value(index: int) -> float:
     return _LAT_MIN_S * math.exp((index + 0.5) * _LOG_RATIO)
 
 
+def _percentiles(hist: dict[int, int], count: int, peak_s: float) -> dict[str, float] | None:
+    """p50/p90/p99 in ms of `count` latencies in `hist` (nearest rank, capped at the true maximum)."""
+    if not count:
+        return None
+    ranks = [(key, max(1, math.ceil(q * count))) for key, q in PERCENTILES]
+    out: dict[str, float] = {}
+    seen = 0
+    for index in sorted(hist):
+        seen += hist[index]
+        while ranks and ranks[0][1] <= seen:
+            key = ranks.pop(0)[0]
+            out[key] = _ms(min(index_value(index), peak_s))
+        if not ranks:
+            break
+    return out
+
+
+class Latencies:
+    """Latencies of one bucket, in a sparse log histogram (as a bucket's request latencies)."""
+
+    __slots__ = ("count", "hist", "peak", "total")
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.total = 0.0
+        self.peak = 0.0
+        self.hist: dict[int, int] = {}
+
+    def add(self, seconds: float, index: int) -> None:
+        """`index`: the value's `latency_index` (worked out once for all the scopes it counts in)."""
+        self.count += 1
+        self.total += seconds
+        if seconds > self.peak:
+            self.peak = seconds
+        hist = self.hist
+        hist[index] = hist.get(index, 0) + 1
+
+    def merge(self, other: Latencies) -> None:
+        self.count += other.count
+        self.total += other.total
+        self.peak = max(self.peak, other.peak)
+        for index, count in other.hist.items():
+            self.hist[index] = self.hist.get(index, 0) + count
+
+    def percentiles(self) -> dict[str, float] | None:
+        return _percentiles(self.hist, self.count, self.peak)
+
+
+class GenerationBucket:
+    """What generative models did during one time bucket of one scope: tokens, time to first token,
+    time between tokens, and the running and waiting sequences sampled once a second."""
+
+    __slots__ = ("first_token", "inter_token", "running", "samples", "tokens", "waiting")
+
+    def __init__(self) -> None:
+        self.tokens = 0
+        self.first_token = Latencies()
+        self.inter_token = Latencies()
+        self.running = 0  # sums of the samples: their mean is the bucket's value
+        self.waiting = 0
+        self.samples = 0
+
+    def add_sequences(self, running: int, waiting: int) -> None:
+        self.running += running
+        self.waiting += waiting
+        self.samples += 1
+
+    def merge(self, other: GenerationBucket) -> None:
+        self.tokens += other.tokens
+        self.first_token.merge(other.first_token)
+        self.inter_token.merge(other.inter_token)
+        self.running += other.running
+        self.waiting += other.waiting
+        self.samples += other.samples
+
+
 class Bucket:
     """What happened during one time bucket of one scope."""
 
     __slots__ = (
         "batches",
         "failures",
+        "generation",
         "lat_hist",
         "lat_max",
         "lat_sum",
@@ -89,6 +169,13 @@ class Bucket:
         self.batches = 0
         self.ooms = 0
         self.samples: dict[str, list[float]] = {}  # process/GPU sample name -> [sum, count]
+        self.generation: GenerationBucket | None = None  # made at a generative model's first report
+
+    def generating(self) -> GenerationBucket:
+        generation = self.generation
+        if generation is None:
+            generation = self.generation = GenerationBucket()
+        return generation
 
     def add_request(self, latency_s: float, failed: bool, index: int) -> None:
         """`index`: the latency's `latency_index` (worked out once for all the scopes it counts in)."""
@@ -117,7 +204,7 @@ class Bucket:
             entry[1] += 1
 
     def empty(self) -> bool:
-        return not (self.requests or self.batches or self.ooms or self.samples)
+        return not (self.requests or self.batches or self.ooms or self.samples or self.generation)
 
     def merge(self, other: Bucket) -> None:
         """Fold a finer bucket into this coarser one."""
@@ -136,22 +223,12 @@ class Bucket:
             entry = self.samples.setdefault(name, [0.0, 0.0])
             entry[0] += total
             entry[1] += n
+        if other.generation is not None:
+            self.generating().merge(other.generation)
 
     def percentiles(self) -> dict[str, float] | None:
         """p50/p90/p99 latency in ms from the histogram (nearest rank, capped at the true maximum)."""
-        if not self.requests:
-            return None
-        ranks = [(key, max(1, math.ceil(q * self.requests))) for key, q in PERCENTILES]
-        out: dict[str, float] = {}
-        seen = 0
-        for index in sorted(self.lat_hist):
-            seen += self.lat_hist[index]
-            while ranks and ranks[0][1] <= seen:
-                key = ranks.pop(0)[0]
-                out[key] = _ms(min(index_value(index), self.lat_max))
-            if not ranks:
-                break
-        return out
+        return _percentiles(self.lat_hist, self.requests, self.lat_max)
 
 
 class Scope(_Scope[Bucket]):
@@ -193,6 +270,21 @@ REQUEST_SERIES: dict[str, ValueOf] = {
     "gpu_oom_count": lambda b, step: b.ooms,
 }
 COUNT_SERIES = frozenset({"qps", "gpu_oom_count"})
+
+
+def _generation(value: Callable[[GenerationBucket, int], Any]) -> ValueOf:
+    """A generation series: null in a bucket where no model generated (nor was sampled generating)."""
+    return lambda b, step: None if b.generation is None else value(b.generation, step)
+
+
+# Generative models' series: null where no generative model was seen, so a page can hide them.
+GENERATION_SERIES: dict[str, ValueOf] = {
+    "tokens_per_s": _generation(lambda g, step: round(g.tokens / step, 3)),
+    "ttft_cdf(ms)": _generation(lambda g, step: g.first_token.percentiles()),
+    "inter_token_cdf(ms)": _generation(lambda g, step: g.inter_token.percentiles()),
+    "running_sequences": _generation(lambda g, step: _ratio(g.running, g.samples)),
+    "waiting_sequences": _generation(lambda g, step: _ratio(g.waiting, g.samples)),
+}
 CPU, MEM = "cpu_usage(%)", "mem_usage(%)"
 
 

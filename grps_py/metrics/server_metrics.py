@@ -1,7 +1,7 @@
 """One server's metrics: the Prometheus registry and the dashboard's time series, fed by both observers.
 
-`ServerMetrics` is a `SchedulerObserver` (queues, batches) and a `RequestObserver` (answers,
-streams); the server builds one, hands it to the executor, and calls `sample()` once a second. With
+`ServerMetrics` is a `SchedulerObserver` (queues, batches, generated tokens) and a `RequestObserver`
+(answers, streams); the server builds one, hands it to the executor, and calls `sample()` once a second. With
 `metrics.triton_names` the executor also hands it its statistics, whose Triton counters
 (`nv_inference_*`) are written after the registry's families when scraped.
 Every method is meant for the event loop thread, as the observers are; `exposition()` only reads the
@@ -26,10 +26,12 @@ from grps_py.metrics.process import ProcessSampler, open_connections
 from grps_py.metrics.prometheus import UNKNOWN_LABELS, Families, ModelMetrics, triton_exposition
 from grps_py.metrics.series import (
     CPU,
+    GENERATION_SERIES,
     MEM,
     REQUEST_SERIES,
     WINDOW_BY_NAME,
     Bucket,
+    GenerationBucket,
     Scope,
     ValueOf,
     gpu_names,
@@ -41,6 +43,7 @@ from grps_py.metrics.series import (
 from grps_py.metrics.user import UserMetricsCollector
 
 _MIB = 1 << 20
+_MODEL_SERIES = {**REQUEST_SERIES, **GENERATION_SERIES}  # what every scope, the server's or a model's, has
 
 
 _DETACHED_KEYS = 64  # dropped keys whose late reports are still answered (and not exported)
@@ -133,6 +136,8 @@ class ServerMetrics:
         self._scopes = {key: Scope() for key in model_labels}
         self._current_s = -1  # the second of the buckets in _current
         self._current: dict[str, tuple[Bucket, Bucket | None]] = {}
+        self._current_generation: dict[str, tuple[GenerationBucket, GenerationBucket | None]] = {}
+        self._generating: set[str] = set()  # model keys that reported generating: sampled each second
         process_names = [CPU, MEM]
         for index in self._nvml.devices:
             process_names.extend(gpu_names(index))
@@ -156,6 +161,7 @@ class ServerMetrics:
         if now_s != self._current_s:
             self._current_s = now_s
             self._current.clear()
+            self._current_generation.clear()
         pair = self._current.get(key)
         if pair is None:
             scope = self._scopes.get(key)
@@ -187,6 +193,51 @@ class ServerMetrics:
         overall.add_batch(rows, waits, waited_s)
         if scope is not None:
             scope.add_batch(rows, waits, waited_s)
+
+    # -- SchedulerObserver: generative models, per token -----------------------------------------
+    def first_token(self, model: str, seconds: float) -> None:
+        self._models[model].generating().first_token.observe(seconds)
+        index = latency_index(seconds)
+        overall, scope = self._generation_buckets(model)
+        overall.first_token.add(seconds, index)
+        if scope is not None:
+            scope.first_token.add(seconds, index)
+
+    def token_gap(self, model: str, seconds: float) -> None:
+        self._models[model].generating().inter_token.observe(seconds)
+        index = latency_index(seconds)
+        overall, scope = self._generation_buckets(model)
+        overall.inter_token.add(seconds, index)
+        if scope is not None:
+            scope.inter_token.add(seconds, index)
+
+    def tokens_generated(self, model: str, count: int) -> None:
+        self._models[model].generating().tokens.inc(count)
+        overall, scope = self._generation_buckets(model)
+        overall.tokens += count
+        if scope is not None:
+            scope.tokens += count
+
+    def sequences(self, model: str, running: int, waiting: int) -> None:
+        """Only kept: the gauges read the counts when scraped, `sample()` adds them to the series."""
+        children = self._models[model].generating()
+        children.running, children.waiting = running, waiting
+        if model not in self._generating and model in self._scopes:
+            self._generating.add(model)
+
+    def _generation_buckets(self, key: str) -> tuple[GenerationBucket, GenerationBucket | None]:
+        """The current second's generation buckets of the whole server and of the model (None: not a
+        known model); looked up once per model and second, as `_buckets`."""
+        if int(self._clock()) == self._current_s:
+            pair = self._current_generation.get(key)
+            if pair is not None:
+                return pair
+        overall, scope = self._buckets(key)  # a new second clears the cache
+        pair = overall.generating(), None if scope is None else scope.generating()
+        self._current_generation[key] = pair
+        if scope is not None:
+            self._generating.add(key)
+        return pair
 
     # -- RequestObserver -----------------------------------------------------------------------
     def request_started(self, protocol: str, model: str) -> None:
@@ -235,7 +286,9 @@ class ServerMetrics:
         for key in labels:
             if key not in self._scopes:
                 self._scopes[key] = Scope()
+        self._generating &= set(labels)
         self._current.clear()  # cached buckets may belong to a scope that went
+        self._current_generation.clear()
 
     def export_statistics(self, statistics: Statistics) -> None:
         self._triton = statistics
@@ -261,8 +314,23 @@ class ServerMetrics:
             bucket.add_sample(MEM, mem)
         if self._gpu_gauges is not None:
             self._sample_gpus(bucket, self._gpu_gauges)
+        if self._generating:
+            self._sample_sequences(bucket, now_s)
         with suppress(RuntimeError):  # no running loop: sampled from a test, not the server
             self._tasks.set(len(asyncio.all_tasks()))
+
+    def _sample_sequences(self, overall: Bucket, now_s: int) -> None:
+        """Each generative model's running and waiting sequences now, and their sums for the server."""
+        running = waiting = 0
+        for key in self._generating:
+            scope, children = self._scopes.get(key), self._models.get(key)
+            generation = None if children is None else children.generation
+            if scope is None or generation is None:
+                continue  # reloaded since: sampled again once it reports
+            scope.bucket(now_s).generating().add_sequences(generation.running, generation.waiting)
+            running += generation.running
+            waiting += generation.waiting
+        overall.generating().add_sequences(running, waiting)
 
     def _sample_gpus(self, bucket: Bucket, gauges: tuple[Gauge, Gauge, Gauge]) -> None:
         """Set the GPU gauges and add the dashboard's samples; a device that did not answer loses its
@@ -299,13 +367,13 @@ class ServerMetrics:
         return list(self._scopes)
 
     def series_names(self) -> list[str]:
-        return [*REQUEST_SERIES, *self._process_series]
+        return [*REQUEST_SERIES, *GENERATION_SERIES, *self._process_series]
 
     def series(self, name: str, model: str = "", window: str = "minute") -> dict[str, Any]:
         """One series over a window, JSON-able. Process and GPU series are server-wide: asked for a
         model, they answer the whole server's points with "model": "". KeyError for an unknown name
         or model, ValueError for an unknown window."""
-        value = REQUEST_SERIES.get(name) or self._process_series.get(name)
+        value = _MODEL_SERIES.get(name) or self._process_series.get(name)
         if value is None:
             raise KeyError(f"unknown series {name!r}; series: {', '.join(self.series_names())}")
         scope = self._scope(model)
@@ -323,8 +391,8 @@ class ServerMetrics:
         """The last complete second under grps's names (`*qps`, `*latency_avg(ms)`, ...), for the
         whole server (with process and GPU usage) and per model; None where there was no data."""
         now = self._clock()
-        overall = self._latest(self._overall, {**REQUEST_SERIES, **self._process_series}, now)
-        models = {key: self._latest(scope, REQUEST_SERIES, now) for key, scope in self._scopes.items()}
+        overall = self._latest(self._overall, {**_MODEL_SERIES, **self._process_series}, now)
+        models = {key: self._latest(scope, _MODEL_SERIES, now) for key, scope in self._scopes.items()}
         return {"overall": overall, "models": models}
 
     def _scope(self, model: str) -> Scope:

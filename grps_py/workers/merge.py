@@ -9,8 +9,9 @@ Prometheus (`merge_expositions`), sample by sample (the same name and labels in 
   values) cannot be added up: each worker's is kept, labelled `worker`.
 Each worker writes the same families in the same order, so their lines merge by their text.
 
-Dashboard series (`merge_series`), point by point: counts (`qps`, OOMs) and CPU and memory summed;
-averages weighted by each worker's requests; maxima and percentiles (an upper bound) the largest.
+Dashboard series (`merge_series`), point by point: counts (`qps`, OOMs, tokens per second, running
+and waiting sequences) and CPU and memory summed; averages weighted by each worker's requests; maxima
+and percentiles (an upper bound) the largest.
 """
 
 from __future__ import annotations
@@ -22,7 +23,17 @@ _MAX_PREFIXES = ("grps_gpu_", "grps_process_max_fds")
 _MIN_SUFFIXES = ("_created", "_start_time_seconds")
 _PER_WORKER_PREFIX = "grps_user_"
 # Dashboard series that count or use something: summed over workers.
-SUMMED = frozenset({"qps", "gpu_oom_count", "cpu_usage(%)", "mem_usage(%)"})
+SUMMED = frozenset(
+    {
+        "qps",
+        "gpu_oom_count",
+        "cpu_usage(%)",
+        "mem_usage(%)",
+        "tokens_per_s",
+        "running_sequences",
+        "waiting_sequences",
+    }
+)
 WEIGHTED = frozenset({"fail_rate(%)", "latency_avg(ms)", "queue_time_avg(ms)", "batch_size_avg"})
 
 

@@ -89,6 +89,11 @@ def test_series_names_are_grps_names(metrics: ServerMetrics) -> None:
         "queue_time_avg(ms)",
         "batch_size_avg",
         "gpu_oom_count",
+        "tokens_per_s",
+        "ttft_cdf(ms)",
+        "inter_token_cdf(ms)",
+        "running_sequences",
+        "waiting_sequences",
         "cpu_usage(%)",
         "mem_usage(%)",
     ]
