@@ -106,6 +106,11 @@ class StreamSink:
                 taker = self._taker = self._loop.create_future()
             await taker
 
+    @property
+    def backlog(self) -> int:
+        """Messages queued and not yet taken by the stream's consumer."""
+        return len(self._items)
+
     async def drain(self) -> None:
         """On the loop: wait until the sink has room (or is closed)."""
         while len(self._items) >= self._limit and not self.closed:
@@ -243,6 +248,11 @@ class GrpsContext:
         if not self._streaming:
             return
         self._push(Payload.of_bytes(data.encode() if isinstance(data, str) else bytes(data)), final)
+
+    def stream_backlog(self) -> int:
+        """Streamed messages the client has not taken yet (0 when not streaming): model code may send
+        what it has in fewer, larger messages while the client is behind."""
+        return 0 if self._sink is None else self._sink.backlog
 
     async def stream_drain(self) -> None:
         """For `async def` model code, which runs on the event loop where `stream_respond` cannot wait:

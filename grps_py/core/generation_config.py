@@ -9,7 +9,14 @@ from dataclasses import dataclass
 
 from grps_py.core.yaml_fields import Fields
 
-GENERATION_KEYS = ("max_running", "max_waiting", "token_budget", "max_tokens", "max_tokens_limit")
+GENERATION_KEYS = (
+    "max_running",
+    "max_waiting",
+    "token_budget",
+    "max_tokens",
+    "max_tokens_limit",
+    "decode_steps",
+)
 OPENAI_KEYS = ("chat", "completions", "embeddings", "served_name")
 SERVER_OPENAI_KEYS = ("prefix",)
 # A served name is a path segment of /v1/models/{id}: printable, no slash or space.
@@ -26,6 +33,9 @@ class GenerationSettings:
     token_budget: int = 4096  # prompt tokens prefilled in one step (one prompt is always admitted)
     max_tokens: int = 256  # a request that names no max_tokens generates at most this many
     max_tokens_limit: int = 4096  # the most a request may ask for (400 above it)
+    # Decode steps run back to back in one model call while no request waits for a slot: the
+    # per-token serving work is shared by that many tokens (vLLM's multi-step scheduling). 1: off.
+    decode_steps: int = 4
 
 
 @dataclass(frozen=True)
@@ -50,6 +60,7 @@ def parse_generation(fields: Fields) -> GenerationSettings:
         token_budget=fields.integer("token_budget", defaults.token_budget, 1),
         max_tokens=max_tokens,
         max_tokens_limit=max_tokens_limit,
+        decode_steps=fields.integer("decode_steps", defaults.decode_steps, 1),
     )
 
 

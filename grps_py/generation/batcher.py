@@ -171,6 +171,7 @@ class ContinuousBatcher:
         max_waiting: int,
         token_budget: int,
         observer: GenerationObserver | None = None,
+        decode_steps: int = 1,
     ) -> None:
         # Every request waits (until the loop's next step at least): max_waiting 0 would refuse all.
         if min(max_running, max_waiting, token_budget) < 1:
@@ -183,6 +184,10 @@ class ContinuousBatcher:
         self.max_running = min(max_running, model.max_running)
         self.max_waiting = max_waiting
         self.token_budget = token_budget
+        # Decode steps one model call may run back to back while no request waits for a slot: the
+        # per-token work on the event loop (events, messages, writes) is then shared by that many
+        # tokens. 1: one step per call.
+        self.decode_steps = max(1, decode_steps)
         self.observer: GenerationObserver = observer if observer is not None else GenerationStats()
         self._free_slots = list(range(self.max_running))  # a heap: the lowest free slot is reused first
         self._waiting: deque[_Sequence] = deque()
@@ -217,7 +222,7 @@ class ContinuousBatcher:
                     sequence.ready.clear()
                     await sequence.ready.wait()
                     continue
-                event = sequence.events.popleft()
+                event = _merge(sequence.events)  # all that came since the reader last looked
                 yield event
                 if event.finish_reason is not None:
                     return
@@ -332,25 +337,28 @@ class ContinuousBatcher:
             call = partial(self._model_call, self.model.prefill, slots, prompts)
         else:
             last_tokens = [s.last_token for s in sequences]
-            call = partial(self._model_call, self.model.decode, slots, last_tokens)
+            steps = self._steps_for(sequences)
+            call = partial(self._decode_call, slots, last_tokens, steps)
         try:
             tokens = await asyncio.get_running_loop().run_in_executor(self._thread, call, rows)
         except Exception as exc:  # the model's own failure: its sequences end, the others go on
             await self._fail(sequences, _model_error(exc))
             return
-        self.observer.tokens(len(tokens))
         finished: list[tuple[_Sequence, TokenEvent | None]] = []
         broken: list[_Sequence] = []
         error: GrpsError | None = None
-        for sequence, token in zip(sequences, tokens, strict=True):
+        for step in tokens:  # one list of tokens per step run
+            self.observer.tokens(len(step))
+        for i, sequence in enumerate(sequences):
             try:
-                event = self._advance(sequence, token)
+                for step in tokens:
+                    event = self._advance(sequence, step[i])
+                    if event is not None:  # it ended: the tokens after its end are dropped
+                        finished.append((sequence, event))
+                        break
             except Exception as exc:  # the tokenizer's failure (an id it cannot decode): this one ends
                 broken.append(sequence)
                 error = _model_error(exc)
-                continue
-            if event is not None:
-                finished.append((sequence, event))
         if finished:
             await self._retire(finished)
         if error is not None:
@@ -370,10 +378,31 @@ class ContinuousBatcher:
         slots: list[int],
         inputs: Any,
         rows: list[Sampling],
-    ) -> list[int]:
+    ) -> list[list[int]]:
         """On the model thread: the call, then sampling (no logits array crosses to the event loop)."""
         logits = method(slots, inputs)
-        return sample_tokens(logits, rows)
+        return [sample_tokens(logits, rows)]
+
+    def _decode_call(
+        self, slots: list[int], tokens: list[int], steps: int, rows: list[Sampling]
+    ) -> list[list[int]]:
+        """On the model thread: `steps` decode steps back to back, each fed the tokens the last sampled."""
+        out: list[list[int]] = []
+        for _ in range(steps):
+            tokens = sample_tokens(self.model.decode(slots, tokens), rows)
+            out.append(tokens)
+        return out
+
+    def _steps_for(self, sequences: list[_Sequence]) -> int:
+        """Decode steps for this call: one while a request waits for a slot (it starts at the next step)
+        or a deadline is near, else up to `decode_steps`, never past the fewest tokens any sequence
+        still may generate (so none runs past its max_tokens)."""
+        if self.decode_steps == 1 or self._waiting:
+            return 1
+        left = min(s.request.max_tokens - s.generated for s in sequences)
+        if any(s.deadline < math.inf for s in sequences):
+            return 1
+        return max(1, min(self.decode_steps, left))
 
     def _advance(self, sequence: _Sequence, token: int) -> TokenEvent | None:
         """Add the sequence's new token and emit its text; its last event when this ends it."""
@@ -461,6 +490,19 @@ class ContinuousBatcher:
         """`close`, then wait until the model thread is idle (so the model can be unloaded)."""
         self.close()
         await asyncio.to_thread(self._thread.shutdown, wait=True)
+
+
+def _merge(events: deque[TokenEvent]) -> TokenEvent:
+    """Every event waiting in `events` (taken out) as one: their text and ids, the last one's end."""
+    if len(events) == 1:
+        return events.popleft()
+    taken = list(events)
+    events.clear()
+    return TokenEvent(
+        "".join(event.text for event in taken),
+        tuple(token for event in taken for token in event.token_ids),
+        taken[-1].finish_reason,
+    )
 
 
 def _ended(sequence: _Sequence) -> TokenEvent:

@@ -73,7 +73,7 @@ class GenerativeInferer(ModelInferer):
             return False
         gen = self.generation
         self.batcher = ContinuousBatcher(
-            self.model, gen.max_running, gen.max_waiting, gen.token_budget, self._observer
+            self.model, gen.max_running, gen.max_waiting, gen.token_budget, self._observer, gen.decode_steps
         )
         return True
 
@@ -90,22 +90,22 @@ class GenerativeInferer(ModelInferer):
         if prompt.task == "embed":
             return await self._embed(batcher, prompt)
         request = sampling_options(prompt, self.generation, self._timeout(context))
-        streaming = context.if_streaming()
-        events: list[TokenEvent] = []
+        if not context.if_streaming():
+            events = [event async for event in batcher.generate(request, context.if_disconnected)]
+            return _merged(prompt, events) or Payload.of_text("".join(event.text for event in events))
+        held: list[TokenEvent] = []
         async for event in batcher.generate(request, context.if_disconnected):
-            if not streaming:
-                events.append(event)
-            elif event.text or event.token_ids or event.finish_reason:
-                message = _answer(prompt, event.text, event.token_ids, event.finish_reason)
-                if message is not None:
-                    context.stream_respond(message)
-                    await context.stream_drain()  # the client's pace: at most the stream's buffer waits
-        if streaming:
-            return Payload.empty()
-        text = "".join(event.text for event in events)
-        ids = tuple(i for event in events for i in event.token_ids)
-        finish = events[-1].finish_reason if events else None
-        return _answer(prompt, text, ids, finish) or Payload.of_text(text)
+            held.append(event)
+            # While the client has not taken the last message, tokens wait to go out together with the
+            # next: one message (and one write) for several tokens, only when the client is behind.
+            if event.finish_reason is None and context.stream_backlog() > 0:
+                continue
+            message = _merged(prompt, held)
+            held.clear()
+            if message is not None:
+                context.stream_respond(message)
+                await context.stream_drain()  # the client's pace: at most the stream's buffer waits
+        return Payload.empty()
 
     def _timeout(self, context: GrpsContext) -> float | None:
         remaining = context.time_remaining()
@@ -117,6 +117,18 @@ class GenerativeInferer(ModelInferer):
         vectors = await batcher.call_model(self.model.embed, [prompt.ids])
         vector = np.asarray(vectors, dtype=np.float32).reshape(len(vectors), -1)[0]
         return Payload.of_tensors([Tensor(EMBEDDING, vector)])
+
+
+def _merged(prompt: Prompt, events: Sequence[TokenEvent]) -> Payload | None:
+    """One message in the request's shape for `events`; None when there is nothing to say."""
+    if not events:
+        return None
+    text = "".join(event.text for event in events)
+    ids = [i for event in events for i in event.token_ids]
+    finish = events[-1].finish_reason
+    if not (text or ids or finish):
+        return None
+    return _answer(prompt, text, ids, finish)
 
 
 def _answer(prompt: Prompt, text: str, ids: Sequence[int], finish: str | None) -> Payload | None:

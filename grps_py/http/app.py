@@ -27,6 +27,7 @@ from grps_py.http.grps import GrpsRoutes, grps_stream_routes
 from grps_py.http.metrics_routes import monitor_routes
 from grps_py.http.oip import OipRoutes, oip_stream_routes
 from grps_py.http.oip_statistics import StatisticsRoutes
+from grps_py.http.openai_routes import openai_routes
 from grps_py.http.policy import POLICY_SETTING, HttpPolicy, http_policy
 from grps_py.lifecycle import INFERENCE
 from grps_py.metrics import ServerMetrics
@@ -86,7 +87,9 @@ class HttpRoutes:
         ]
         custom = custom_routes(executor, settings)
         self._refuse_collisions(builtin, custom)
-        self.tornado: list[Route] = custom + builtin
+        # The OpenAI-compatible routes give way to a custom route at the same path (a grps project
+        # answering /v1/chat/completions itself keeps doing so): matched after the custom routes.
+        self.tornado: list[Route] = [*custom, *builtin, *openai_routes(executor, settings.openai_prefix)]
 
     def _refuse_collisions(self, builtin: list[Route], custom: list[Route]) -> None:
         """A custom path that a built-in route also matches stops start-up: one of them would be

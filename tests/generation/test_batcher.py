@@ -655,3 +655,46 @@ def test_the_observer_hears_latencies_tokens_and_counts() -> None:
     assert stats.running_peak == 2
     assert stats.waiting_peak == 3
     assert (stats.running_now, stats.waiting_now) == (0, 0)
+
+
+# -- several decode steps per model call ---------------------------------------------------------------
+
+
+def test_decode_steps_give_the_same_text_in_fewer_calls() -> None:
+    """Four steps per call: the same tokens as one step per call, never past max_tokens, a stop string
+    inside a call drops the tokens after it, and a request that waits makes the next call one step."""
+
+    async def texts(decode_steps: int) -> tuple[list[str], int, CountingModel]:
+        model = CountingModel()
+        batcher = ContinuousBatcher(model, 8, 8, 1024, decode_steps=decode_steps)
+        jobs = [request("a", 10), request("c", 7), request("e", 12, stop=("kl",))]
+        outs = await asyncio.gather(*(events_of(batcher, job) for job in jobs))
+        await batcher.aclose()
+        return ["".join(e.text for e in out) for out in outs], sum(map(len, outs)), model
+
+    one, events_one, single = run(lambda: texts(1))
+    four, events_four, multi = run(lambda: texts(4))
+    assert one == four == ["bcdefghijk", "defghij", "fghij"]
+    assert events_four < events_one  # tokens of one call reach their reader as one event
+    # The same decode steps, but the stop inside a call of four wastes the steps after it.
+    steps_one = [c for c in single.calls if c[0] == "decode"]
+    steps_four = [c for c in multi.calls if c[0] == "decode"]
+    assert len(steps_four) >= len(steps_one)
+    assert sorted(multi.released) == [0, 1, 2]  # every slot freed
+
+
+def test_a_waiting_request_is_admitted_at_the_next_call() -> None:
+    async def scenario() -> list[str]:
+        model = CountingModel(max_running=1)
+        model.pace = threading.Semaphore(0)  # each model call waits for a permit
+        batcher = ContinuousBatcher(model, 1, 8, 1024, decode_steps=4)
+        first = asyncio.ensure_future(events_of(batcher, request("a", 9)))
+        await until(lambda: model.waiting_calls == 1)  # the first prefill
+        second = asyncio.ensure_future(events_of(batcher, request("m", 3)))
+        await until(lambda: batcher.waiting_count == 1)
+        model.pace.release(100)
+        outs = [await first, await second]
+        await batcher.aclose()
+        return ["".join(e.text for e in out) for out in outs]
+
+    assert run(scenario) == ["bcdefghij", "nop"]

@@ -4,7 +4,7 @@ operation it describes and sends them to a real server on port 0 serving tests/p
 No answer may be a 5xx the request does not explain, and every answer must be one the description
 lists, with the content type and body schema it gives. `OPENAPI_EXAMPLES` sets the examples per
 operation (default 25). The description must also cover every /grps/v1 and /v2 route of the route
-table, each with the methods it takes.
+table, each with the methods it takes (the OpenAI-compatible /v1 routes too).
 """
 
 from __future__ import annotations
@@ -177,13 +177,13 @@ def forms(pattern: str) -> set[str]:
 
 
 def test_the_description_covers_every_builtin_route() -> None:
-    """Each /grps/v1 and /v2 route of the route table (each form of its optional parts) is a path here,
-    with the methods the route takes (HEAD and OPTIONS, which every route answers, aside); and the
-    description has no path or method the server does not serve."""
+    """Each /grps/v1, /v2 and /v1 (OpenAI) route of the route table (each form of its optional parts)
+    is a path here, with the methods the route takes (HEAD and OPTIONS, which every route answers,
+    aside); and the description has no path or method the server does not serve."""
     routes = HttpRoutes(None, ServerSettings(), ServerMetrics({}))  # type: ignore[arg-type]
     serves: dict[str, set[str]] = {}
     for row in routes.table():
-        if row.pattern.startswith(("/grps/v1/", "/v2")):
+        if row.pattern.startswith(("/grps/v1/", "/v2", "/v1/")):
             for form in forms(row.pattern):
                 serves.setdefault(form, set()).update(set(row.methods) - {"HEAD", "OPTIONS"})
     paths = yaml.safe_load(OPENAPI.read_text())["paths"]
