@@ -417,6 +417,7 @@ def test_the_page_draws_generation_charts_only_while_a_model_generates(
     wait_for(lambda: with_tokens(tiny_gpt))
     drawn = charts(page)
     assert set(GENERATION_SERIES) <= set(drawn), drawn
-    assert drawn["tokens_per_s"] > 0 and drawn["running_sequences"] > 0, drawn
+    # running_sequences is sampled once a second: a 4-token answer may end between two samples.
+    assert drawn["tokens_per_s"] > 0, drawn
     # The DAG's scope never generates (its node does): no generation chart for it.
     assert not set(GENERATION_SERIES) & set(charts(page + "#model=tiny_gpt_dag")), "shown for the DAG"
