@@ -38,6 +38,7 @@ NAMES = (
     "dag_graph",
     "sequence_accumulator",
     "tiny_gpt",
+    "tensorflow_model",
 )
 
 
@@ -548,3 +549,39 @@ def test_tiny_gpt_client(examples: Examples) -> None:
     assert "usage: " in out and "embeddings: 2 vectors of 128 floats" in out
     assert "oip generate_stream -> Continuous batching lets sequences join" in out
     assert "grps http PredictStreaming" in out and "grps grpc PredictStreaming" in out
+
+
+# --- tensorflow_model -----------------------------------------------------------------------------
+
+
+def tensorflow_reference() -> ModuleType:
+    """examples/tensorflow_model/make_model.py as a module (it imports TensorFlow): its numpy reference."""
+    pytest.importorskip("tensorflow")
+    path = EXAMPLES / "tensorflow_model" / "make_model.py"
+    spec = importlib.util.spec_from_file_location("tensorflow_make_model", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_tensorflow_model_answers_as_numpy(examples: Examples, protocol: str) -> None:
+    reference = tensorflow_reference().reference
+    x = np.random.default_rng(3).normal(loc=4.0, size=(5, 4)).astype(np.float32)
+    with connect(examples.get("tensorflow_model"), protocol) as client:
+        answer = client.predict({"features": x}, model="iris-1")
+        np.testing.assert_allclose(answer["probabilities"], reference(x), rtol=1e-5, atol=1e-6)
+        assert answer["label"].tolist() == reference(x).argmax(axis=1).tolist()
+        greeted = client.predict({"name": np.array(["caf\u00e9"], dtype=object)}, model="greeter-1")
+        assert text(greeted["greeting"][0]) == "hello, caf\u00e9!" and greeted["length"].tolist() == [4]
+        with pytest.raises(GrpsClientError) as refused:
+            client.predict({"features": np.zeros((2, 3), dtype=np.float32)}, model="iris-1")
+        assert refused.value.status == 400 and "features" in refused.value.message
+
+
+def test_tensorflow_model_client(examples: Examples) -> None:
+    tensorflow_reference()
+    out = run_client(examples.get("tensorflow_model"), "tensorflow_model")
+    assert out.count("[5.1 3.5 1.4 0.2] -> setosa (probabilities 0.927 0.068 0.005)") == 2
+    assert out.count("[7.7 3.0 6.1 2.3] -> virginica") == 2
+    assert out.count("hello, TensorFlow! (10 characters)") == 2

@@ -5,8 +5,9 @@ devices comes from the driver's device nodes and CUDA_VISIBLE_DEVICES, and wheth
 works is decided by building the session and asking which providers it got.
 
 Inferer args (all optional): `intra_op_num_threads`, `inter_op_num_threads`,
-`graph_optimization_level` (disable | basic | extended | all), `cuda_provider_options` (a dict
-passed to the CUDA execution provider).
+`graph_optimization_level` (disable | basic | extended | all), `providers` (the execution providers
+in order, with options: `execution_providers.py`), `cuda_provider_options` (options for the CUDA
+provider, from before `providers`).
 """
 
 from __future__ import annotations
@@ -15,25 +16,24 @@ import glob
 import logging
 import os
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 import onnxruntime as ort
 from onnxruntime.capi.onnxruntime_pybind11_state import Fail, InvalidArgument
 
-from grps_py.backends import short_error
-from grps_py.backends.devices import cuda_index, is_cuda, normalize_device, visible_cuda_count
+from grps_py.backends import execution_providers, short_error
+from grps_py.backends.devices import is_cuda, normalize_device, visible_cuda_count
+from grps_py.backends.execution_providers import CUDA_EP, GPU_EPS, ProviderPlan
+from grps_py.backends.feeds import TensorArg, check_array, match_inputs
 from grps_py.core.batch_merge import merge_batch, split_batch
 from grps_py.core.context import GrpsContext
 from grps_py.core.errors import InvalidInput, ModelLoadError
 from grps_py.core.model import ModelInferer
-from grps_py.core.types import to_numpy
 
 logger = logging.getLogger(__name__)
 
-CUDA_EP = "CUDAExecutionProvider"
-CPU_EP = "CPUExecutionProvider"
 _UNKNOWN_COUNT = 1 << 16  # device count unknown: CUDA itself rejects a bad index when the session is built
 
 # ONNX Runtime's type strings -> numpy dtypes. Types numpy lacks (bfloat16, float8) are not checked.
@@ -102,22 +102,31 @@ def session_options(args: Mapping[str, Any]) -> ort.SessionOptions:
     return options
 
 
+def providers_plan(args: Mapping[str, Any], device: str) -> ProviderPlan:
+    return execution_providers.plan(args, device, ort.get_all_providers())
+
+
 def build_session(path: str, device: str, args: Mapping[str, Any]) -> ort.InferenceSession:
-    """An InferenceSession on `device`; a CUDA session that cannot start CUDA falls back to CPU."""
-    providers: list[Any] = [CPU_EP]
-    if is_cuda(device):
-        cuda_options = {"device_id": cuda_index(device), **dict(args.get("cuda_provider_options") or {})}
-        providers = [(CUDA_EP, cuda_options), CPU_EP]
+    """An InferenceSession on `device` with the providers `args` asks for (`execution_providers.plan`);
+    a GPU session that cannot start CUDA falls back to CPU."""
+    plan = providers_plan(args, device)
     try:
-        session = ort.InferenceSession(path, sess_options=session_options(args), providers=providers)
+        session = ort.InferenceSession(
+            path, sess_options=session_options(args), providers=[(n, o) for n, o in plan.providers]
+        )
     except ModelLoadError:
         raise
     except Exception as exc:  # missing file, bad protobuf, unsupported opset, CUDA init failure
         raise ModelLoadError(f"cannot load ONNX model {path} on {device}: {short_error(exc)}") from exc
-    if is_cuda(device) and CUDA_EP not in session.get_providers():
-        # onnxruntime-gpu lists the CUDA provider even where CUDA/cuDNN libraries or a GPU are missing.
+    missing = [name for name in plan.names if name not in session.get_providers()]
+    if missing:
+        # onnxruntime-gpu lists GPU providers even where CUDA/cuDNN/TensorRT libraries or a GPU are missing.
         logger.warning(
-            "ONNX model %s: CUDA execution provider unavailable on %s; running on cpu", path, device
+            "ONNX model %s: execution provider(s) %s unavailable on %s; running with %s",
+            path,
+            ", ".join(missing),
+            device,
+            ", ".join(session.get_providers()),
         )
     return session
 
@@ -133,18 +142,28 @@ class OnnxInferer(ModelInferer):
         super().__init__()
         self.session: ort.InferenceSession | None = None
         self.run_device = "cpu"  # after load: the device the session really runs on
-        self._inputs: list[Any] = []
+        self._inputs: list[TensorArg] = []
+        self._outputs: list[TensorArg] = []
         self._output_names: list[str] = []
+        self._plan = ProviderPlan(())
 
     def load(self) -> bool:
         if not self.path:
             raise ModelLoadError("onnx inferer needs inferer_path: an .onnx file")
         device = resolve_device(self.device)
+        self._plan = providers_plan(self.args, device)
         self.session = build_session(self.path, device, self.args)
-        self.run_device = device if CUDA_EP in self.session.get_providers() else "cpu"
-        self._inputs = list(self.session.get_inputs())
-        self._output_names = [out.name for out in self.session.get_outputs()]
-        logger.info("loaded ONNX model %s on %s", self.path, self.run_device)
+        on_gpu = any(name in GPU_EPS for name in self.session.get_providers())
+        self.run_device = device if on_gpu else "cpu"
+        self._inputs = [ort_arg(arg) for arg in self.session.get_inputs()]
+        self._outputs = [ort_arg(arg) for arg in self.session.get_outputs()]
+        self._output_names = [out.name for out in self._outputs]
+        logger.info(
+            "loaded ONNX model %s on %s (%s)",
+            self.path,
+            self.run_device,
+            ", ".join(self.session.get_providers()),
+        )
         return True
 
     def infer(self, inp: Any, context: GrpsContext) -> dict[str, np.ndarray[Any, Any]]:
@@ -153,7 +172,7 @@ class OnnxInferer(ModelInferer):
     def batch_infer(self, inps: list[Any], contexts: list[GrpsContext]) -> list[Any]:
         """Run the requests as one batch when the model's first dim is dynamic, else one by one."""
         feeds = [self._feed(inp) for inp in inps]
-        if len(feeds) > 1 and self._batch_dim_dynamic():
+        if len(feeds) > 1 and all(arg.batch_dynamic for arg in self._inputs):
             batch = concat_feeds(feeds)
             if batch is not None:
                 merged, sizes = batch
@@ -163,23 +182,28 @@ class OnnxInferer(ModelInferer):
         return [self._run(feed) for feed in feeds]
 
     def describe(self) -> dict[str, Any]:
-        """Inputs and outputs as {name, dtype (numpy name), shape (-1 for a dynamic dim)}."""
+        """Inputs and outputs as {name, dtype (numpy name), shape (-1 for a dynamic dim)}, the execution
+        providers the session runs with, and Triton's `optimization` block for them."""
         if self.session is None:
             return {"inputs": [], "outputs": []}
-        return {
-            "inputs": [describe_arg(arg) for arg in self.session.get_inputs()],
-            "outputs": [describe_arg(arg) for arg in self.session.get_outputs()],
+        active = list(self.session.get_providers())
+        described: dict[str, Any] = {
+            "inputs": [arg.describe() for arg in self._inputs],
+            "outputs": [arg.describe() for arg in self._outputs],
+            "execution_providers": active,
         }
+        optimization = execution_providers.triton_optimization(active, self._plan)
+        if optimization:
+            described["optimization"] = optimization
+        return described
 
     def _feed(self, inp: Any) -> dict[str, np.ndarray[Any, Any]]:
         self._require_session()
         feed = match_inputs(inp, [arg.name for arg in self._inputs])
         for arg in self._inputs:
-            check_input(arg, feed[arg.name])
+            array = feed[arg.name]
+            check_array(arg, array.dtype, array.shape)
         return feed
-
-    def _batch_dim_dynamic(self) -> bool:
-        return all(arg.shape and not isinstance(arg.shape[0], int) for arg in self._inputs)
 
     def _run(self, feed: dict[str, np.ndarray[Any, Any]]) -> dict[str, np.ndarray[Any, Any]]:
         session = self._require_session()
@@ -208,63 +232,16 @@ class OnnxInferer(ModelInferer):
         return self.session
 
 
-# -- input checks ------------------------------------------------------------------------------
-
-
-def match_inputs(inp: Any, names: list[str]) -> dict[str, np.ndarray[Any, Any]]:
-    """Name the request's arrays after the model's inputs: by key, by position, or the only one."""
-    expected = ", ".join(names)
-    if isinstance(inp, Mapping):
-        unknown = [str(key) for key in inp if key not in names]
-        missing = [name for name in names if name not in inp]
-        if unknown or missing:
-            problem = f"unknown input(s) {unknown}" if unknown else f"missing input(s) {missing}"
-            raise InvalidInput(f"{problem}; the model expects: {expected}")
-        return {name: _as_array(inp[name]) for name in names}
-    if isinstance(inp, Sequence) and not isinstance(inp, (str, bytes, np.ndarray)):
-        if len(inp) != len(names):
-            raise InvalidInput(f"the model takes {len(names)} input(s) ({expected}), got {len(inp)}")
-        return {name: _as_array(value) for name, value in zip(names, inp, strict=True)}
-    if len(names) != 1:
-        raise InvalidInput(
-            f"the model takes {len(names)} inputs ({expected}); send them by name or as a list"
-        )
-    return {names[0]: _as_array(inp)}
-
-
-def _as_array(value: Any) -> np.ndarray[Any, Any]:
-    array = to_numpy(value)  # torch tensors from an upstream DAG node come to the host here
-    return array.astype(object) if array.dtype.kind in ("U", "S") else array
-
-
-def check_input(arg: Any, array: np.ndarray[Any, Any]) -> None:
-    """Reject a dtype, rank or static dim that differs from the model's declaration."""
-    expected = ORT_DTYPES.get(arg.type)
-    if expected is not None and array.dtype != expected:
-        raise InvalidInput(
-            f"input '{arg.name}' expects {_dtype_name(expected)}, got {_dtype_name(array.dtype)}"
-        )
-    dims = arg.shape
-    if dims is None:
-        return
-    shape_text = "[" + ", ".join(str(d) if d is not None else "?" for d in dims) + "]"
-    if array.ndim != len(dims):
-        raise InvalidInput(
-            f"input '{arg.name}' expects rank {len(dims)} {shape_text}, got shape {list(array.shape)}"
-        )
-    for want, got in zip(dims, array.shape, strict=True):
-        if isinstance(want, int) and want >= 0 and want != got:
-            raise InvalidInput(f"input '{arg.name}' expects shape {shape_text}, got {list(array.shape)}")
-
-
-def _dtype_name(dtype: np.dtype[Any]) -> str:
-    return "string" if dtype == np.dtype(object) else dtype.name
-
-
-def describe_arg(arg: Any) -> dict[str, Any]:
-    dtype = ORT_DTYPES.get(arg.type)
-    shape = None if arg.shape is None else [d if isinstance(d, int) and d >= 0 else -1 for d in arg.shape]
-    return {"name": arg.name, "dtype": None if dtype is None else _dtype_name(dtype), "shape": shape}
+def ort_arg(arg: Any) -> TensorArg:
+    """An ONNX Runtime NodeArg as a TensorArg (a symbolic or missing dim is dynamic; its name kept)."""
+    if arg.shape is None:
+        return TensorArg(arg.name, ORT_DTYPES.get(arg.type), None)
+    fixed = [isinstance(d, int) and d >= 0 for d in arg.shape]
+    dims = tuple(d if known else None for d, known in zip(arg.shape, fixed, strict=True))
+    labels = tuple(
+        d if isinstance(d, str) else "?" for d, known in zip(arg.shape, fixed, strict=True) if not known
+    )
+    return TensorArg(arg.name, ORT_DTYPES.get(arg.type), dims, labels)
 
 
 # -- batching ----------------------------------------------------------------------------------

@@ -2,7 +2,9 @@
 
 Config validation, model loading (`node.py`) and the OIP catalog all read these rows, so a backend is
 added here, with its module under `grps_py/backends/`. A loader is a "module:callable" imported only
-when a configured model needs it: the core never imports torch or onnxruntime itself.
+when a configured model needs it: the core never imports torch, onnxruntime, TensorFlow or TensorRT
+itself. TensorFlow and TensorRT are optional extras of the package (`EXTRAS`): a model that needs one
+that is not installed stops start-up with one line saying what to install.
 """
 
 from __future__ import annotations
@@ -10,6 +12,8 @@ from __future__ import annotations
 import importlib
 from dataclasses import dataclass
 from typing import Any
+
+from grps_py.core.errors import ModelLoadError
 
 CUSTOMIZED = "customized"  # the user's own inferer or converter, registered by name from src/
 
@@ -23,12 +27,12 @@ class BackendSpec:
     backend: str  # OIP model config `backend`
     default_converter: str = "none"  # the converter_type of a model whose config names none
     loader: str | None = None  # "module:callable" making the inferer; None: registered by user code
-    refusal: str | None = None  # a grps inferer_type grps-py does not run: why, after the type's name
     generative: bool = False  # a GenerativeModel (grps_py/generation) run by a continuous batcher
-
-    @property
-    def supported(self) -> bool:
-        return self.refusal is None
+    # An inferer arg that runs the model as that many instances per device (grps's TensorRT `streams`:
+    # execution contexts on one engine, each with its own CUDA stream).
+    instances_arg: str | None = None
+    # The model file states its tensors' names, datatypes and shapes: declared ones are checked against it.
+    states_signature: bool = False
 
     @property
     def user_code(self) -> bool:
@@ -45,8 +49,6 @@ class ConverterSpec:
     tensors_only: bool = False  # a request must carry tensors (not a string, bytes or a map)
 
 
-_NOT_SUPPORTED = "is not supported by grps-py"
-
 BACKENDS: tuple[BackendSpec, ...] = (
     BackendSpec(
         "torch",
@@ -61,40 +63,51 @@ BACKENDS: tuple[BackendSpec, ...] = (
         backend="onnxruntime",
         default_converter="numpy",
         loader="grps_py.backends.onnxruntime:OnnxInferer",
+        states_signature=True,
     ),
     BackendSpec(CUSTOMIZED, platform="python", backend="python", default_converter="none"),
     # Registered by name as customized inferers are; its node wraps it (generation/inferer.py).
     BackendSpec(
         "generative", platform="python", backend="python", default_converter="numpy", generative=True
     ),
-    BackendSpec("tensorrt", platform="tensorrt_plan", backend="tensorrt", refusal=_NOT_SUPPORTED),
-    BackendSpec("tensorflow", platform="tensorflow_savedmodel", backend="tensorflow", refusal=_NOT_SUPPORTED),
+    BackendSpec(
+        "tensorflow",
+        platform="tensorflow_savedmodel",
+        backend="tensorflow",
+        default_converter="numpy",
+        loader="grps_py.backends.tensorflow:TensorFlowInferer",
+        states_signature=True,
+    ),
+    BackendSpec(
+        "tensorrt",
+        platform="tensorrt_plan",
+        backend="tensorrt",
+        default_converter="torch",  # outputs stay torch tensors on the GPU until the converter's copy
+        loader="grps_py.backends.tensorrt:TensorRTInferer",
+        instances_arg="streams",
+        states_signature=True,
+    ),
 )
 CONVERTERS: tuple[ConverterSpec, ...] = (
     ConverterSpec("none", "grps_py.core.model:NoneConverter"),
     ConverterSpec("numpy", "grps_py.core.model:NumpyConverter", tensors_only=True),
     ConverterSpec("torch", "grps_py.backends.torch:TorchConverter", tensors_only=True),
+    ConverterSpec("tensorflow", "grps_py.backends.tensorflow:TensorFlowConverter", tensors_only=True),
     ConverterSpec(CUSTOMIZED),
 )
 
 _BACKEND_BY_TYPE = {spec.inferer_type: spec for spec in BACKENDS}
 _CONVERTER_BY_TYPE = {spec.converter_type: spec for spec in CONVERTERS}
 # What inference.yml accepts, in the order error messages list them.
-INFERER_TYPES: tuple[str, ...] = tuple(spec.inferer_type for spec in BACKENDS if spec.supported)
+INFERER_TYPES: tuple[str, ...] = tuple(spec.inferer_type for spec in BACKENDS)
 CONVERTER_TYPES: tuple[str, ...] = tuple(spec.converter_type for spec in CONVERTERS)
+# Frameworks that are optional extras of grps-py: the top-level module, and the extra that installs it.
+EXTRAS = {"tensorflow": "tensorflow", "tensorrt": "tensorrt"}
 
 
 def backend(inferer_type: str) -> BackendSpec:
     """The spec of a validated `inferer_type` (KeyError for one config would have refused)."""
     return _BACKEND_BY_TYPE[inferer_type]
-
-
-def refused(inferer_type: object) -> BackendSpec | None:
-    """The spec of a known backend grps-py does not run, whatever its case ("TensorRT"); else None."""
-    if not isinstance(inferer_type, str):
-        return None
-    spec = _BACKEND_BY_TYPE.get(inferer_type.lower())
-    return None if spec is None or spec.supported else spec
 
 
 def converter(inferer_type: str, converter_type: str | None) -> ConverterSpec:
@@ -104,5 +117,20 @@ def converter(inferer_type: str, converter_type: str | None) -> ConverterSpec:
 
 def load(ref: str) -> Any:
     """Call `module:callable` (a class: an instance of it), importing the module now."""
+    return resolve(ref)()
+
+
+def resolve(ref: str) -> Any:
+    """The object `module:name` names, importing the module now. A framework that is an optional extra
+    and is not installed is a ModelLoadError naming the extra."""
     module_name, _, name = ref.partition(":")
-    return getattr(importlib.import_module(module_name), name)()
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        missing = (exc.name or "").partition(".")[0]
+        if missing not in EXTRAS:
+            raise
+        raise ModelLoadError(
+            f"{missing} is not installed (pip install 'grps-py[{EXTRAS[missing]}]')"
+        ) from None
+    return getattr(module, name)

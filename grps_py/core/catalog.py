@@ -16,15 +16,13 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from grps_py.core import backend_registry
 from grps_py.core.dag import Dag
-from grps_py.core.datatypes import BYTES, datatype_of
+from grps_py.core.datatypes import BYTES
 from grps_py.core.errors import ConfigError, ModelNotFound
 from grps_py.core.node import ModelNode
 from grps_py.core.sequence import CORRID, END, OLDEST, READY, START, SequenceSettings
-from grps_py.core.signature import TensorSpec
+from grps_py.core.signature import TensorSpec, spec_from_description
 from grps_py.core.untrusted import shown
 
 log = logging.getLogger("grps_py.catalog")
@@ -81,18 +79,9 @@ class ModelEntry:
     # Its sequence batching settings; None: it takes no sequences, and a request naming one is refused
     # (sequence batching plugs in here).
     sequence_batching: SequenceSettings | None = None
-
-
-def _spec_from_description(item: Mapping[str, Any]) -> TensorSpec:
-    """A backend's {name, dtype (numpy name or "string"), shape} as a TensorSpec."""
-    dtype = item.get("dtype")
-    datatype = None
-    if dtype == "string":
-        datatype = BYTES
-    elif dtype:
-        datatype = datatype_of(np.dtype(dtype))
-    shape = item.get("shape")
-    return TensorSpec(str(item["name"]), datatype, None if shape is None else tuple(int(d) for d in shape))
+    # Triton's `optimization` block where the backend runs the model through an accelerator (ONNX
+    # Runtime's TensorRT or OpenVINO execution provider).
+    optimization: Mapping[str, Any] | None = None
 
 
 def read_labels(path: Path, where: str) -> tuple[str, ...]:
@@ -121,8 +110,8 @@ def node_signature(node: ModelNode) -> tuple[tuple[TensorSpec, ...], tuple[Tenso
     """Declared inputs/outputs, else what the loaded model tells (ONNX tells all; TorchScript names)."""
     s = node.settings
     described = node.describe() if node.loaded else {}
-    inputs = s.inputs or tuple(_spec_from_description(i) for i in described.get("inputs", ()))
-    outputs = s.outputs or tuple(_spec_from_description(o) for o in described.get("outputs", ()))
+    inputs = s.inputs or tuple(spec_from_description(i) for i in described.get("inputs", ()))
+    outputs = s.outputs or tuple(spec_from_description(o) for o in described.get("outputs", ()))
     return inputs, outputs
 
 
@@ -229,6 +218,7 @@ class Catalog:
             ),
             streaming=s.streaming,
             sequence_batching=s.sequence_batching,
+            optimization=node.describe().get("optimization") if node.loaded else None,
         )
 
     def _dag_entry(self) -> ModelEntry:
@@ -345,6 +335,8 @@ def model_config(entry: ModelEntry) -> dict[str, Any]:
         config["parameters"] = {"priority_aging_us": {"string_value": str(queue.priority_aging_us)}}
     if entry.streaming:
         config["model_transaction_policy"] = {"decoupled": True}
+    if entry.optimization:
+        config["optimization"] = dict(entry.optimization)
     return config
 
 

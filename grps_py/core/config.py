@@ -244,6 +244,7 @@ _LOG_FORMATS = ("text", "json")
 _LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 _METRICS_KEYS = ("port", "triton_names")
 _INFERENCE_KEYS = ("models", "dag")
+MAX_STREAMS = 32  # TensorRT execution contexts per device (`inferer_args.streams`)
 _INFERER_KEYS = ("inferer_type", "inferer_name", "inferer_path", "inferer_args")
 _CONVERTER_KEYS = ("converter_type", "converter_name", "converter_path", "converter_args")
 _MODEL_KEYS = (
@@ -553,6 +554,7 @@ def _parse_model(fields: Fields, index: int, project_dir: Path) -> ModelSettings
         for key in ("generation", "openai"):
             if fields.get(key) is not None:
                 fields.fail(key, fields.get(key), f"no {key} block (it is for inferer_type: generative)")
+    settings = _instances_from_args(fields, settings)
     sequences = settings.sequence_batching
     if sequences is not None:
         declared = {spec.name for spec in settings.inputs}
@@ -564,6 +566,18 @@ def _parse_model(fields: Fields, index: int, project_dir: Path) -> ModelSettings
                     "control tensor names that are not declared inputs (the server adds them)",
                 )
     return settings
+
+
+def _instances_from_args(fields: Fields, settings: ModelSettings) -> ModelSettings:
+    """grps's TensorRT `inferer_args.streams: K`: K execution contexts on one engine, each on its own CUDA
+    stream, which grps-py runs as K instances per device sharing the engine (`instances` times K)."""
+    arg = backend_registry.backend(settings.inferer_type).instances_arg
+    if arg is None or arg not in settings.inferer_args:
+        return settings
+    value = settings.inferer_args[arg]
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_STREAMS:
+        fields.fail("inferer_args", {arg: value}, f"{arg}: an integer from 1 to {MAX_STREAMS}")
+    return replace(settings, instances=settings.instances * value)
 
 
 def _generative(fields: Fields, settings: ModelSettings) -> ModelSettings:
@@ -664,10 +678,6 @@ def _parse_device(fields: Fields) -> tuple[str, str | None]:
 
 
 def _parse_inferer_type(fields: Fields) -> str:
-    value = fields.get("inferer_type")
-    refused = backend_registry.refused(value)
-    if refused is not None:
-        fields.fail("inferer_type", value, f"{one_of(INFERER_TYPES)} ({value} {refused.refusal})")
     return fields.req_text("inferer_type", INFERER_TYPES)
 
 

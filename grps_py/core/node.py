@@ -30,7 +30,13 @@ from grps_py.core.observer import SchedulerObserver
 from grps_py.core.scheduler import ConcurrencyLimit, ModelScheduler
 from grps_py.core.sequence import DIRECT, SequenceBatcher, sequence_request
 from grps_py.core.sequence import Sequence as ModelSequence
-from grps_py.core.signature import DeclaredInputs, TensorSpec, name_outputs
+from grps_py.core.signature import (
+    DeclaredInputs,
+    TensorSpec,
+    declaration_conflicts,
+    name_outputs,
+    spec_from_description,
+)
 from grps_py.core.statistics import InferenceStats, Timed
 from grps_py.core.types import MessageBridge, Payload, PayloadKind, Tensor
 from grps_py.generation.api import generative_register
@@ -251,7 +257,32 @@ class ModelNode:
         for instance in self.instances:
             if isinstance(instance.inferer, GenerativeInferer):  # its sequences run side by side
                 instance.capacity = instance.inferer.concurrent_requests
+        self._check_declaration()
         self.loaded = True
+
+    def _check_declaration(self) -> None:
+        """Declared inputs/outputs that contradict what the model file states stop the load, naming each.
+        Only where a built-in converter passes tensors through as they are: a converter of the project's
+        own may add, rename or reshape them (the declaration then describes the converter's side)."""
+        s = self.settings
+        if not backend_registry.backend(s.inferer_type).states_signature or not (s.inputs or s.outputs):
+            return
+        converter = backend_registry.converter(s.inferer_type, s.converter_type)
+        if converter.loader is None or not converter.tensors_only:
+            return
+        described = self.describe()
+        problems = [
+            *declaration_conflicts(
+                s.inputs, [spec_from_description(i) for i in described.get("inputs", ())], "input"
+            ),
+            *declaration_conflicts(
+                s.outputs, [spec_from_description(o) for o in described.get("outputs", ())], "output"
+            ),
+        ]
+        if problems:
+            raise ModelLoadError(
+                f"model '{self.key}': inference.yml disagrees with the model: {'; '.join(problems)}"
+            )
 
     def _load(self, instance: ModelInstance, loaded: set[int]) -> None:
         s = self.settings

@@ -10,7 +10,7 @@ carrying `bin_data`, `str_data`, a `gmap` or no data is a 400 naming the declare
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -71,6 +71,47 @@ class TensorSpec:
             if shape[index] != size:
                 return False
         return True
+
+
+def spec_from_description(item: Mapping[str, Any]) -> TensorSpec:
+    """A backend's {name, dtype (numpy name or "string"), shape} (its `describe()`) as a TensorSpec."""
+    dtype = item.get("dtype")
+    datatype = None
+    if dtype == "string":
+        datatype = BYTES
+    elif dtype:
+        datatype = datatype_of(np.dtype(dtype))
+    shape = item.get("shape")
+    return TensorSpec(str(item["name"]), datatype, None if shape is None else tuple(int(d) for d in shape))
+
+
+def declaration_conflicts(
+    declared: Sequence[TensorSpec], found: Sequence[TensorSpec], kind: str
+) -> list[str]:
+    """Where inference.yml's declared inputs or outputs (`kind`) contradict the model file's: a name it
+    lacks, another datatype, another rank or another fixed dim. A declaration may be narrower (a fixed
+    dim where the file's is dynamic) or leave things out (no datatype, no shape)."""
+    if not found:
+        return []
+    by_name = {spec.name: spec for spec in found}
+    problems = []
+    for spec in declared:
+        model = by_name.get(spec.name)
+        if model is None:
+            problems.append(f"{kind} '{spec.name}' is not one of the model's ({', '.join(by_name)})")
+            continue
+        if spec.datatype and model.datatype and spec.datatype != model.datatype:
+            problems.append(
+                f"{kind} '{spec.name}' is declared {spec.datatype}; the model's is {model.datatype}"
+            )
+        if spec.shape is not None and model.shape is not None:
+            pairs = list(zip(spec.shape, model.shape, strict=False))
+            if len(spec.shape) != len(model.shape) or any(d >= 0 and m >= 0 and d != m for d, m in pairs):
+                problems.append(
+                    f"{kind} '{spec.name}' is declared {spec.describe_shape()}; "
+                    f"the model's is {model.describe_shape()}"
+                )
+    return problems
 
 
 def check_input(spec: TensorSpec, tensor: Tensor) -> None:

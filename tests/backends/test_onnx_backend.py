@@ -91,6 +91,7 @@ def test_load_on_cpu_and_describe(inferer: OnnxInferer) -> None:
     assert inferer.describe() == {
         "inputs": [{"name": "x", "dtype": "float32", "shape": [-1, 4]}],
         "outputs": [{"name": "probs", "dtype": "float32", "shape": [-1, 3]}],
+        "execution_providers": ["CPUExecutionProvider"],
     }
     assert OnnxInferer().describe() == {"inputs": [], "outputs": []}
 
@@ -150,7 +151,7 @@ def test_cuda_provider_that_cannot_start_falls_back_to_cpu(
     assert inferer.session is not None
     got_cuda = CUDA_EP in inferer.session.get_providers()
     assert inferer.run_device == ("cuda:0" if got_cuda else "cpu")
-    assert got_cuda or any("CUDA execution provider unavailable" in r.getMessage() for r in caplog.records)
+    assert got_cuda or any("CUDAExecutionProvider unavailable" in r.getMessage() for r in caplog.records)
     np.testing.assert_allclose(inferer.infer(x, GrpsContext())["probs"], reference(x, weights), rtol=1e-5)
 
 

@@ -492,13 +492,6 @@ INFERENCE_ERRORS = [
     pytest.param("models.0.inferer_type", "keras", "models[0].inferer_type", "'keras'", id="unknown-inferer"),
     pytest.param("models.0.inferer_type", DELETE, "models[0].inferer_type", "missing", id="no-inferer-type"),
     pytest.param(
-        "models.0.inferer_type",
-        "tensorrt",
-        "models[0].inferer_type",
-        "not supported by grps-py",
-        id="tensorrt",
-    ),
-    pytest.param(
         "models.1.inferer_name", DELETE, "models[1].inferer_name", "missing", id="customized-no-name"
     ),
     pytest.param("models.0.inferer_path", DELETE, "models[0].inferer_path", "missing", id="torch-no-path"),
@@ -685,13 +678,22 @@ def test_missing_inferer_path_names_resolved_path(project: Path) -> None:
     assert str(project / "data" / "nope.pt") in str(info.value)
 
 
-def test_tensorrt_message(project: Path) -> None:
+def test_tensorflow_and_tensorrt_are_inferer_types(project: Path) -> None:
+    data = _edit(yaml.safe_load(INFERENCE_YML), "models.0.inferer_type", "tensorflow")
+    assert parse_inference_settings(data, "inference.yml", project).models[0].inferer_type == "tensorflow"
     data = _edit(yaml.safe_load(INFERENCE_YML), "models.0.inferer_type", "tensorrt")
-    with pytest.raises(ConfigError) as info:
-        parse_inference_settings(data, "inference.yml", project)
-    message = str(info.value)
-    assert "'tensorrt'" in message and "not supported by grps-py" in message
-    assert "'torch', 'onnx', 'customized'" in message
+    data = _edit(data, "models.0.inferer_args", {"streams": 3})
+    data = _edit(data, "models.0.instances", 2)
+    model = parse_inference_settings(data, "inference.yml", project).models[0]
+    assert model.inferer_type == "tensorrt" and model.instances == 6  # 3 contexts on each of 2 instances
+    for streams in (0, 33, "2", True):
+        with pytest.raises(ConfigError) as info:
+            parse_inference_settings(
+                _edit(data, "models.0.inferer_args", {"streams": streams}), "i.yml", project
+            )
+        assert "models[0].inferer_args" in str(info.value) and "streams: an integer from 1 to 32" in str(
+            info.value
+        )
 
 
 def test_log_and_metrics_keys(project: Path) -> None:

@@ -19,9 +19,16 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 TRANSPORT = ("tornado", "grpc", "google.protobuf", "grps_py.protos", "grps_py.http", "grps_py.grpc")
-BACKENDS = ("torch", "onnxruntime", "grps_py.backends")
+BACKENDS = ("torch", "onnxruntime", "tensorflow", "tensorrt", "grps_py.backends")
 # A backend module needs its framework: without it installed there is nothing to check.
-FRAMEWORKS = {"grps_py.backends.torch": "torch", "grps_py.backends.onnxruntime": "onnxruntime"}
+FRAMEWORKS = {
+    "grps_py.backends.torch": "torch",
+    "grps_py.backends.onnxruntime": "onnxruntime",
+    "grps_py.backends.tensorflow": "tensorflow",
+    "grps_py.backends.tensorrt": "tensorrt",
+}
+# What a framework loads for itself: TensorFlow reads its graphs with protobuf.
+FRAMEWORK_OWN = {"tensorflow": ("google.protobuf",)}
 
 PROBE = """
 import json, sys
@@ -78,8 +85,10 @@ def test_a_core_module_loads_no_transport_and_no_backend(module: str, loads: dic
 def test_a_backend_module_loads_no_transport(module: str, loads: dict[str, list[str]]) -> None:
     if not _installed(FRAMEWORKS.get(module)):
         pytest.skip(f"{FRAMEWORKS[module]} is not installed")
+    own = FRAMEWORK_OWN.get(FRAMEWORKS.get(module, ""), ())
+    transport = tuple(prefix for prefix in TRANSPORT if prefix not in own)
     loaded = loads[module]
-    assert not matching(loaded, TRANSPORT), f"import {module} loads {matching(loaded, TRANSPORT)}"
+    assert not matching(loaded, transport), f"import {module} loads {matching(loaded, transport)}"
 
 
 def test_the_probe_sees_a_transport_import() -> None:
