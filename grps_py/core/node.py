@@ -98,7 +98,7 @@ def _resolve_inferer(settings: ModelSettings) -> tuple[ModelInferer, bool]:
     loader = backend_registry.backend(settings.inferer_type).loader
     if loader is None:
         return _registered(inferer_register, settings.inferer_name, settings.key), True
-    instance: ModelInferer = backend_registry.load(loader)
+    instance: ModelInferer = _built_in(loader, settings.key)
     return instance, False
 
 
@@ -106,8 +106,16 @@ def _resolve_converter(settings: ModelSettings) -> tuple[Converter, bool]:
     loader = backend_registry.converter(settings.inferer_type, settings.converter_type).loader
     if loader is None:
         return _registered(converter_register, settings.converter_name, settings.key), True
-    instance: Converter = backend_registry.load(loader)
+    instance: Converter = _built_in(loader, settings.key)
     return instance, False
+
+
+def _built_in(loader: str, model_key: str) -> Any:
+    """A built-in inferer or converter; a framework that is not installed names the model that needs it."""
+    try:
+        return backend_registry.load(loader)
+    except ModelLoadError as exc:
+        raise ModelLoadError(f"model '{model_key}': {exc}") from None
 
 
 def instance_devices(settings: ModelSettings) -> list[str]:

@@ -418,3 +418,24 @@ def test_a_saved_model_runs_on_the_gpu(saved_models: Path, expected_dense: Refer
     out = inferer.infer({"x": x}, GrpsContext())
     assert "GPU:0" in out["y"].device
     np.testing.assert_allclose(out["y"].numpy(), expected_dense(x)["y"], rtol=1e-4)
+
+
+def test_serving_without_tensorflow_stops_naming_the_model_and_the_extra(
+    monkeypatch: pytest.MonkeyPatch, saved_models: Path, tmp_path: Path
+) -> None:
+    monkeypatch.setitem(sys.modules, "tensorflow", None)
+    monkeypatch.delitem(sys.modules, "grps_py.backends.tensorflow")
+    inference = textwrap.dedent(
+        f"""\
+        models:
+          - {{name: dense, version: "1", inferer_type: tensorflow, inferer_path: {saved_models}/dense}}
+        dag: {{name: d, nodes: [{{name: dense, type: model, model: dense-1}}]}}
+        """
+    )
+    inference_conf, server_conf = write_project(tmp_path, inference)
+    with pytest.raises(ModelLoadError) as raised:
+        start_project(tmp_path, inference_conf, server_conf)
+    assert (
+        str(raised.value)
+        == "model 'dense-1': tensorflow is not installed (pip install 'grps-py[tensorflow]')"
+    )
