@@ -39,6 +39,7 @@ NAMES = (
     "sequence_accumulator",
     "tiny_gpt",
     "tensorflow_model",
+    "tensorrt",
 )
 
 
@@ -585,3 +586,27 @@ def test_tensorflow_model_client(examples: Examples) -> None:
     assert out.count("[5.1 3.5 1.4 0.2] -> setosa (probabilities 0.927 0.068 0.005)") == 2
     assert out.count("[7.7 3.0 6.1 2.3] -> virginica") == 2
     assert out.count("hello, TensorFlow! (10 characters)") == 2
+
+
+# --- tensorrt (a CUDA GPU and the tensorrt package) -----------------------------------------------------
+
+
+def tensorrt_ready() -> bool:
+    import torch
+
+    return importlib.util.find_spec("tensorrt") is not None and torch.cuda.is_available()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not tensorrt_ready(), reason="needs a CUDA GPU and the tensorrt package")
+def test_tensorrt_client(examples: Examples) -> None:
+    """The README's steps: build the plan on this GPU (models/ ignores it), serve, run the client."""
+    script = EXAMPLES / "tensorrt" / "build_engine.py"
+    build = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=600, cwd=ROOT
+    )
+    assert build.returncode == 0, build.stdout + build.stderr
+    out = run_client(examples.get("tensorrt"), "tensorrt")
+    gaps = [float(line.split()[-1]) for line in out.splitlines() if "difference from ONNX Runtime" in line]
+    assert len(gaps) == 2 and max(gaps) < 1e-4, out
+    assert out.count("64 rows -> error 400: the request has 64 rows; model 'mlp-1' takes at most 32") == 2

@@ -1,8 +1,9 @@
-"""Built-in inference backends: `torch` (TorchScript) and `onnx` (ONNX Runtime).
+"""Built-in inference backends: `torch` (TorchScript), `onnx` (ONNX Runtime), `tensorflow` (a SavedModel)
+and `tensorrt` (a serialized engine).
 
 Each backend module imports its framework at module level, so it is imported only when a
-configured model needs it (see `grps_py.core.backend_registry`). This package itself and
-`devices` stay framework-free.
+configured model needs it (see `grps_py.core.backend_registry`). This package itself, `devices`,
+`feeds`, `execution_providers` and `tensorrt_io` stay framework-free.
 """
 
 from __future__ import annotations
