@@ -43,17 +43,16 @@ NAMES = (
 )
 
 
-def load_script() -> ModuleType:
-    """scripts/make_example_models.py as a module: its numpy references check the served answers."""
-    path = ROOT / "scripts" / "make_example_models.py"
-    spec = importlib.util.spec_from_file_location("make_example_models", path)
+def load_script(path: Path, name: str) -> ModuleType:
+    """A script as a module (`name`), for the numpy references that check the served answers."""
+    spec = importlib.util.spec_from_file_location(name, path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
-MODELS = load_script()
+MODELS = load_script(ROOT / "scripts" / "make_example_models.py", "make_example_models")
 
 
 class Examples:
@@ -558,12 +557,7 @@ def test_tiny_gpt_client(examples: Examples) -> None:
 def tensorflow_reference() -> ModuleType:
     """examples/tensorflow_model/make_model.py as a module (it imports TensorFlow): its numpy reference."""
     pytest.importorskip("tensorflow")
-    path = EXAMPLES / "tensorflow_model" / "make_model.py"
-    spec = importlib.util.spec_from_file_location("tensorflow_make_model", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(EXAMPLES / "tensorflow_model" / "make_model.py", "tensorflow_make_model")
 
 
 def test_tensorflow_model_answers_as_numpy(examples: Examples, protocol: str) -> None:
