@@ -2,6 +2,9 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# The test suite also covers the tensorflow backend: its CPU build (a 270 MB wheel) is installed for
+# `make test` only, so `make serve` does not wait for it.
+TEST_STAMP := $(VENV)/.installed-test
 
 .PHONY: install serve test lint typecheck pytest soak lbtest bench proto model clean
 
@@ -10,20 +13,24 @@ install: $(STAMP)
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -c constraints.txt -e '.[dev,flask,tensorflow-cpu]'
+	$(BIN)/python -m pip install -q -c constraints.txt -e '.[dev,flask]'
 	touch $(STAMP)
+
+$(TEST_STAMP): $(STAMP)
+	$(BIN)/python -m pip install -q -c constraints.txt -e '.[dev,flask,tensorflow-cpu]'
+	touch $(TEST_STAMP)
 
 serve: $(STAMP)
 	$(BIN)/grps-py serve .
 
-lint: $(STAMP)
+lint: $(TEST_STAMP)
 	$(BIN)/ruff check grps_py grps_framework grps_apis src tests scripts bench examples
 	$(BIN)/ruff format --check grps_py grps_framework grps_apis src tests scripts bench examples
 
-typecheck: $(STAMP)
+typecheck: $(TEST_STAMP)
 	$(BIN)/mypy
 
-pytest: $(STAMP)
+pytest: $(TEST_STAMP)
 	$(BIN)/python -m pytest -q
 
 test: lint typecheck pytest
