@@ -545,7 +545,7 @@ def _parse_model(fields: Fields, index: int, project_dir: Path) -> ModelSettings
         batching=_parse_batching(fields.section("batching", _BATCHING_KEYS)),
         inputs=_parse_tensors(fields, "inputs", project_dir),
         outputs=_parse_tensors(fields, "outputs", project_dir),
-        **_parse_scheduling(fields, project_dir),
+        **_parse_scheduling(fields, project_dir, inferer_type),
         index=index,
     )
     if backend_registry.backend(inferer_type).generative:
@@ -601,7 +601,7 @@ def _generative(fields: Fields, settings: ModelSettings) -> ModelSettings:
     )
 
 
-def _parse_scheduling(fields: Fields, project_dir: Path) -> dict[str, Any]:
+def _parse_scheduling(fields: Fields, project_dir: Path, inferer_type: str) -> dict[str, Any]:
     """Instances, timeouts, priorities and warmup (Triton's instance_group, queue policy, warmup)."""
     defaults = ModelSettings(name="", version="", inferer_type=CUSTOMIZED)
     levels = fields.integer("priority_levels", defaults.priority_levels, 1)
@@ -611,7 +611,9 @@ def _parse_scheduling(fields: Fields, project_dir: Path) -> dict[str, Any]:
     warmup = None
     if fields.get("warmup") is not None:
         warmup = _parse_warmup(fields.section("warmup", _WARMUP_KEYS), project_dir)
-        if warmup.kind != "file" and not fields.get("inputs"):
+        # Samples are built from the declared inputs, else from those the model file states (ONNX...).
+        states_signature = backend_registry.backend(inferer_type).states_signature
+        if warmup.kind != "file" and not fields.get("inputs") and not states_signature:
             fields.fail("warmup", warmup.kind, "kind 'file', or declared `inputs` to build samples from")
     return {
         "instances": fields.integer("instances", defaults.instances, 1),

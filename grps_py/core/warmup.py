@@ -1,9 +1,10 @@
 """Warmup: sample requests run through a model before it is reported ready (Triton's model_warmup).
 
-Samples are built from the declared `inputs` (zeros or random values; a variable dim is the
-warmup `batch_size` when it is the first, else 1), or read from an .npz file with one array per
-input. They go through the model's whole serving path (converter, scheduler, batching), `count`
-times, so lazy initialisation, kernels and caches are warm when the first client arrives.
+Samples are built from the declared `inputs`, else from those the model file states (ONNX,
+TensorFlow, TensorRT), as zeros or random values (a variable dim is the warmup `batch_size` when it is
+the first, else 1), or read from an .npz file with one array per input. They go through the
+model's whole serving path (converter, scheduler, batching), `count` times, so lazy initialisation,
+kernels and caches are warm when the first client arrives.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from grps_py.core.config import WarmupSettings
 from grps_py.core.context import GrpsContext
 from grps_py.core.datatypes import BYTES, numpy_dtype
 from grps_py.core.errors import GrpsError, ModelLoadError
-from grps_py.core.signature import TensorSpec
+from grps_py.core.signature import TensorSpec, spec_from_description
 from grps_py.core.types import Payload, Tensor
 
 if TYPE_CHECKING:
@@ -66,6 +67,13 @@ def samples(settings: WarmupSettings, specs: tuple[TensorSpec, ...]) -> list[Ten
     return [Tensor(spec.name, sample_array(spec, settings.kind, settings.batch_size, rng)) for spec in specs]
 
 
+def warmup_inputs(node: ModelNode) -> tuple[TensorSpec, ...]:
+    """The inputs samples are built for: the declared ones, else those the loaded model file states."""
+    if node.settings.inputs:
+        return node.settings.inputs
+    return tuple(spec_from_description(item) for item in node.describe().get("inputs", ()))
+
+
 async def warm_up(node: ModelNode, on_progress: Progress | None = None) -> None:
     """Run the node's warmup; a failure stops start-up like a failed load."""
     settings = node.settings.warmup
@@ -75,7 +83,7 @@ async def warm_up(node: ModelNode, on_progress: Progress | None = None) -> None:
     started = last_report = time.perf_counter()
     report(f"warming up model {node.key} ({settings.count} run(s)) ...")
     try:
-        tensors = samples(settings, node.settings.inputs)
+        tensors = samples(settings, warmup_inputs(node))
         for i in range(settings.count):
             await node.run(Payload.of_tensors(tensors), GrpsContext(request_id=f"warmup-{node.key}-{i}"))
             if time.perf_counter() - last_report >= PROGRESS_EVERY_S and i + 1 < settings.count:

@@ -334,3 +334,32 @@ def test_cuda_provider_used_when_available(x: np.ndarray, weights: dict) -> None
     np.testing.assert_allclose(out["probs"], reference(x, weights), rtol=1e-4, atol=1e-6)
     outs = inferer.batch_infer([x[:2], x[2:]], [GrpsContext()] * 2)
     np.testing.assert_allclose(np.concatenate([o["probs"] for o in outs]), out["probs"], rtol=1e-5, atol=1e-7)
+
+
+def test_warmup_builds_samples_from_the_inputs_the_file_states(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """No declared inputs: the ONNX file's `x` [batch, 4] float32 gives the samples."""
+    from support import start_project
+
+    (tmp_path / "conf").mkdir()
+    (tmp_path / "conf" / "inference.yml").write_text(
+        f"""models:
+  - name: clf
+    version: "1"
+    inferer_type: onnx
+    inferer_path: {MODEL_ONNX}
+    device: cpu
+    warmup: {{kind: random, batch_size: 3, count: 2}}
+dag: {{name: d, nodes: [{{name: clf, type: model, model: clf-1}}]}}
+"""
+    )
+    (tmp_path / "conf" / "server.yml").write_text(
+        'interface: {framework: http+grpc, host: 127.0.0.1, port: "0,0"}\n'
+    )
+    with caplog.at_level(logging.INFO, logger="grps_py.warmup"):
+        server = start_project(
+            tmp_path, tmp_path / "conf" / "inference.yml", tmp_path / "conf" / "server.yml"
+        )
+    server.stop()
+    assert "model 'clf-1' warmed up: 2 run(s)" in caplog.text

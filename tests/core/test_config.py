@@ -678,6 +678,17 @@ def test_missing_inferer_path_names_resolved_path(project: Path) -> None:
     assert str(project / "data" / "nope.pt") in str(info.value)
 
 
+def test_warmup_without_declared_inputs_needs_a_model_file_that_states_them(project: Path) -> None:
+    data = _edit(yaml.safe_load(INFERENCE_YML), "models.0.warmup", {"kind": "zeros"})
+    with pytest.raises(ConfigError, match="declared `inputs` to build samples from"):
+        parse_inference_settings(data, "inference.yml", project)  # TorchScript states no signature
+    for backend in ("onnx", "tensorflow", "tensorrt"):
+        model = parse_inference_settings(
+            _edit(data, "models.0.inferer_type", backend), "i.yml", project
+        ).models[0]
+        assert model.warmup is not None and not model.inputs
+
+
 def test_tensorflow_and_tensorrt_are_inferer_types(project: Path) -> None:
     data = _edit(yaml.safe_load(INFERENCE_YML), "models.0.inferer_type", "tensorflow")
     assert parse_inference_settings(data, "inference.yml", project).models[0].inferer_type == "tensorflow"
