@@ -106,13 +106,14 @@ def providers_plan(args: Mapping[str, Any], device: str) -> ProviderPlan:
     return execution_providers.plan(args, device, ort.get_all_providers())
 
 
-def build_session(path: str, device: str, args: Mapping[str, Any]) -> ort.InferenceSession:
-    """An InferenceSession on `device` with the providers `args` asks for (`execution_providers.plan`);
-    a GPU session that cannot start CUDA falls back to CPU."""
-    plan = providers_plan(args, device)
+def build_session(
+    path: str, device: str, args: Mapping[str, Any], plan: ProviderPlan
+) -> ort.InferenceSession:
+    """An InferenceSession on `device` with the providers of `plan` (`providers_plan`); a GPU session
+    that cannot start CUDA falls back to CPU."""
     try:
         session = ort.InferenceSession(
-            path, sess_options=session_options(args), providers=[(n, o) for n, o in plan.providers]
+            path, sess_options=session_options(args), providers=list(plan.providers)
         )
     except ModelLoadError:
         raise
@@ -152,7 +153,7 @@ class OnnxInferer(ModelInferer):
             raise ModelLoadError("onnx inferer needs inferer_path: an .onnx file")
         device = resolve_device(self.device)
         self._plan = providers_plan(self.args, device)
-        self.session = build_session(self.path, device, self.args)
+        self.session = build_session(self.path, device, self.args, self._plan)
         on_gpu = any(name in GPU_EPS for name in self.session.get_providers())
         self.run_device = device if on_gpu else "cpu"
         self._inputs = [ort_arg(arg) for arg in self.session.get_inputs()]

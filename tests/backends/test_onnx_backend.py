@@ -14,7 +14,7 @@ from grps_py.backends import short_error
 from grps_py.backends.onnxruntime import CUDA_EP, OnnxInferer, concat_feeds, split_outputs
 from grps_py.core.context import GrpsContext
 from grps_py.core.errors import InvalidInput, ModelLoadError
-from support import reference
+from support import reference, start_project
 
 onnx = pytest.importorskip("onnx")
 from onnx import TensorProto, helper  # noqa: E402
@@ -340,8 +340,6 @@ def test_warmup_builds_samples_from_the_inputs_the_file_states(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """No declared inputs: the ONNX file's `x` [batch, 4] float32 gives the samples."""
-    from support import start_project
-
     (tmp_path / "conf").mkdir()
     (tmp_path / "conf" / "inference.yml").write_text(
         f"""models:

@@ -22,6 +22,7 @@ from grps_py.core import backend_registry
 from grps_py.core.config import GpuSettings
 from grps_py.core.context import GrpsContext
 from grps_py.core.errors import InvalidInput, ModelLoadError
+from grps_py.core.types import Payload, Tensor
 from grps_py.gpu import apply_gpu_settings
 from oip_clients import OipClient
 from support import ServerThread, start_project
@@ -178,8 +179,6 @@ def test_a_gpu_device_on_a_host_without_one_runs_on_cpu(saved_models: Path) -> N
 
 def test_tensorflow_converter_hands_tensors_and_takes_them_back() -> None:
     converter = TensorFlowConverter()
-    from grps_py.core.types import Payload, Tensor
-
     x = np.arange(6, dtype=np.float32).reshape(3, 2)
     inp = converter.preprocess(Payload.of_tensors([Tensor("x", x)]), GrpsContext())
     assert isinstance(inp["x"], tf.Tensor)
